@@ -1,0 +1,61 @@
+//! The `headroom` command line.
+
+mod bench;
+mod prepare;
+mod serve;
+mod stream;
+pub mod units;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "headroom",
+    version,
+    about = "Train small networks under a hard memory cap"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Import IDX files (or generate data) into compressed, checksummed chunks.
+    Prepare(prepare::PrepareArgs),
+    /// Serve the playground and dataset chunks over HTTP.
+    Serve(serve::ServeArgs),
+    /// Stream a dataset as training would, verify every chunk, and report figures.
+    Stream(stream::StreamArgs),
+    /// Benchmarks that print figures.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(async {
+        match cli.command {
+            Command::Prepare(args) => prepare::run(args),
+            Command::Serve(args) => serve::run(args).await,
+            Command::Stream(args) => stream::run(args).await,
+            Command::Bench(command) => bench::run(command).await,
+        }
+    });
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,81 @@
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use clap::builder::TypedValueParser;
+
+use crate::data::Codec;
+use crate::data::import::{self, DEFAULT_IDX_SOURCE, Provenance};
+use crate::data::writer::{DEFAULT_CHUNK_SAMPLES, WriterOptions};
+
+#[derive(Args)]
+pub struct PrepareArgs {
+    /// Folder holding {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].
+    #[arg(long, default_value = DEFAULT_IDX_SOURCE)]
+    source: PathBuf,
+    /// Dataset name; also picks class names (fashion-mnist, mnist).
+    #[arg(long)]
+    name: Option<String>,
+    /// Datasets are written to <out-root>/<name>/.
+    #[arg(long, default_value = "static/data")]
+    out_root: PathBuf,
+    /// Samples per chunk.
+    #[arg(long, default_value_t = DEFAULT_CHUNK_SAMPLES, value_parser = clap::value_parser!(u32).range(1..).map(|v| v as usize))]
+    chunk_samples: usize,
+    #[arg(long, default_value = "deflate")]
+    codec: Codec,
+    /// Generate N training samples (and N/5 test samples) instead of importing.
+    #[arg(long, value_name = "N")]
+    synthetic: Option<usize>,
+    /// Seed of the generated data.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
+    let options = WriterOptions {
+        chunk_samples: args.chunk_samples,
+        codec: args.codec,
+    };
+    let manifest = match args.synthetic {
+        Some(samples) => {
+            let name = args.name.unwrap_or_else(|| "synthetic".into());
+            import::generate_synthetic(samples, args.seed, &args.out_root.join(&name), options)?
+        }
+        None => {
+            let name = args.name.unwrap_or_else(|| "fashion-mnist".into());
+            import::import_idx(&args.source, &name, &args.out_root.join(&name), options).with_context(|| {
+                format!(
+                    "importing {} (on Debian: apt-get install dataset-fashion-mnist; elsewhere download the four \
+                     Fashion-MNIST or MNIST IDX files and pass their folder with --source)",
+                    args.source.display()
+                )
+            })?
+        }
+    };
+    for source in &manifest.sources {
+        let verdict = match import::provenance(source) {
+            Provenance::Known => "matches the published file",
+            Provenance::Unknown => "not a file this build knows; check it yourself",
+        };
+        println!(
+            "source {} sha256 {} ({verdict})",
+            source.file, source.sha256
+        );
+    }
+    let compressed: usize = manifest.chunks.iter().map(|c| c.compressed_bytes).sum();
+    let raw: usize = manifest.chunks.iter().map(|c| c.raw_bytes).sum();
+    println!(
+        "wrote {} to {}: {} chunks, {} train + {} test samples, {} compressed from {} ({:.1}%, {})",
+        manifest.name,
+        args.out_root.join(&manifest.name).display(),
+        manifest.chunks.len(),
+        manifest.count(crate::data::Split::Train),
+        manifest.count(crate::data::Split::Test),
+        super::units::format_bytes(compressed),
+        super::units::format_bytes(raw),
+        100.0 * compressed as f64 / raw.max(1) as f64,
+        args.codec.name(),
+    );
+    Ok(())
+}

@@ -1,0 +1,38 @@
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::server;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[arg(long, default_value = server::DEFAULT_ADDR)]
+    addr: SocketAddr,
+    /// Folder to serve.
+    #[arg(long, default_value = "static")]
+    root: PathBuf,
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    if !args.root.is_dir() {
+        anyhow::bail!(
+            "{} is not a folder (run from the repository root, or pass --root)",
+            args.root.display()
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.addr))?;
+    let bound = listener.local_addr()?;
+    println!(
+        "serving {} on http://{bound}/ (Ctrl-C stops)",
+        args.root.display()
+    );
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    server::serve(listener, args.root, shutdown).await?;
+    Ok(())
+}

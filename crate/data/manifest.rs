@@ -1,0 +1,198 @@
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use super::codec::Codec;
+
+pub const FORMAT_NAME: &str = "headroom-chunks";
+pub const FORMAT_VERSION: u32 = 1;
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    Train,
+    Test,
+}
+
+impl Split {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Test => "test",
+        }
+    }
+}
+
+impl std::fmt::Display for Split {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Split {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "train" => Ok(Split::Train),
+            "test" => Ok(Split::Test),
+            other => Err(format!("unknown split '{other}' (expected train or test)")),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SampleDtype {
+    U8,
+}
+
+impl SampleDtype {
+    pub fn size_bytes(self) -> usize {
+        match self {
+            SampleDtype::U8 => 1,
+        }
+    }
+}
+
+/// One chunk file. The decoded bytes are `samples` labels (one byte each) followed by
+/// `samples` feature records of the manifest's sample shape, so a chunk is usable alone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChunkEntry {
+    pub file: String,
+    pub split: Split,
+    pub samples: usize,
+    pub compressed_bytes: usize,
+    pub raw_bytes: usize,
+    pub sha256: String,
+    pub codec: Codec,
+}
+
+impl ChunkEntry {
+    /// Bytes one chunk can hold at once in the pipeline: its compressed body and its
+    /// decoded samples coexist while it is decoded.
+    pub fn footprint_bytes(&self) -> usize {
+        self.compressed_bytes + self.raw_bytes
+    }
+}
+
+/// Where a dataset came from, so a user can tell real data from generated data.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SourceFile {
+    pub file: String,
+    pub sha256: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: String,
+    pub format_version: u32,
+    pub name: String,
+    pub version: String,
+    pub sample_shape: Vec<usize>,
+    pub sample_dtype: SampleDtype,
+    pub class_names: Vec<String>,
+    pub counts: BTreeMap<Split, usize>,
+    pub chunk_samples: usize,
+    #[serde(default)]
+    pub sources: Vec<SourceFile>,
+    pub chunks: Vec<ChunkEntry>,
+}
+
+impl Manifest {
+    pub fn sample_bytes(&self) -> usize {
+        self.sample_shape.iter().product::<usize>() * self.sample_dtype.size_bytes()
+    }
+
+    pub fn record_bytes(&self) -> usize {
+        1 + self.sample_bytes()
+    }
+
+    pub fn chunks_of(&self, split: Split) -> Vec<&ChunkEntry> {
+        self.chunks.iter().filter(|c| c.split == split).collect()
+    }
+
+    pub fn count(&self, split: Split) -> usize {
+        self.counts.get(&split).copied().unwrap_or(0)
+    }
+
+    pub fn largest_footprint_bytes(&self) -> usize {
+        self.chunks
+            .iter()
+            .map(ChunkEntry::footprint_bytes)
+            .max()
+            .unwrap_or(0)
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let manifest: Manifest = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        manifest.validate()?;
+        Ok(manifest)
+    }
+
+    /// Rejects manifests whose figures disagree with each other, so a bad manifest fails
+    /// at open time rather than as a confusing error halfway through an epoch.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.format != FORMAT_NAME {
+            return Err(format!(
+                "format is '{}', expected '{FORMAT_NAME}'",
+                self.format
+            ));
+        }
+        if self.format_version != FORMAT_VERSION {
+            return Err(format!(
+                "format_version {} is not supported (this build reads {FORMAT_VERSION})",
+                self.format_version
+            ));
+        }
+        if self.sample_shape.is_empty() || self.sample_shape.contains(&0) {
+            return Err(format!(
+                "sample_shape {:?} must be non-empty with no zero dimension",
+                self.sample_shape
+            ));
+        }
+        if self.class_names.is_empty() || self.class_names.len() > 256 {
+            return Err(format!(
+                "{} class names: expected 1 to 256",
+                self.class_names.len()
+            ));
+        }
+        let record = self.record_bytes();
+        let mut per_split: BTreeMap<Split, usize> = BTreeMap::new();
+        for chunk in &self.chunks {
+            if chunk.file.is_empty() || chunk.file.contains('/') || chunk.file.contains("..") {
+                return Err(format!(
+                    "chunk file name '{}' must be a plain file name",
+                    chunk.file
+                ));
+            }
+            if chunk.samples == 0 {
+                return Err(format!("chunk {} holds no samples", chunk.file));
+            }
+            if chunk.raw_bytes != chunk.samples * record {
+                return Err(format!(
+                    "chunk {}: raw_bytes {} != {} samples x {record} bytes",
+                    chunk.file, chunk.raw_bytes, chunk.samples
+                ));
+            }
+            if chunk.sha256.len() != 64 || !chunk.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!(
+                    "chunk {}: sha256 '{}' is not 64 hex digits",
+                    chunk.file, chunk.sha256
+                ));
+            }
+            *per_split.entry(chunk.split).or_default() += chunk.samples;
+        }
+        for (split, &count) in &self.counts {
+            let in_chunks = per_split.get(split).copied().unwrap_or(0);
+            if in_chunks != count {
+                return Err(format!(
+                    "split {split}: counts says {count} samples, chunks hold {in_chunks}"
+                ));
+            }
+        }
+        if let Some(split) = per_split.keys().find(|s| !self.counts.contains_key(s)) {
+            return Err(format!("chunks of split {split} are not listed in counts"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,30 @@
+//! Datasets as compressed, checksummed chunks described by a manifest, streamed with a
+//! bounded prefetch so the whole set is never held in memory.
+
+pub mod batch;
+pub mod chunk;
+pub mod codec;
+pub mod error;
+pub mod manifest;
+pub mod memory;
+pub mod retry;
+pub mod scan;
+pub mod shuffle;
+pub mod stream;
+pub mod synthetic;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub mod idx;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod import;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod writer;
+
+pub use batch::{Batch, BatchReader};
+pub use chunk::Chunk;
+pub use codec::Codec;
+pub use error::{DataError, FetchCause};
+pub use manifest::{ChunkEntry, Manifest, Split};
+pub use memory::{MemoryGauge, PipelineMemory};
+pub use retry::RetryPolicy;
+pub use stream::{DataSource, EpochStream, StreamOptions};

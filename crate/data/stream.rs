@@ -1,0 +1,319 @@
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Semaphore, mpsc};
+
+use super::chunk::{Chunk, order_bytes, verify_and_decode};
+use super::error::{DataError, FetchCause};
+use super::manifest::{ChunkEntry, Manifest, Split};
+use super::memory::{MemoryGauge, PipelineMemory};
+use super::retry::RetryPolicy;
+use super::shuffle;
+use crate::platform;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StreamOptions {
+    /// Chunks fetched ahead of the one being consumed.
+    pub prefetch: usize,
+    pub seed: u64,
+    pub shuffle: bool,
+    pub retry: RetryPolicy,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        StreamOptions {
+            prefetch: 2,
+            seed: 0,
+            shuffle: true,
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+impl StreamOptions {
+    pub fn validate(&self) -> Result<(), DataError> {
+        if self.prefetch > 64 {
+            return Err(DataError::InvalidOption(format!(
+                "prefetch {} is above the limit of 64 chunks",
+                self.prefetch
+            )));
+        }
+        self.retry.validate().map_err(DataError::InvalidOption)
+    }
+}
+
+/// Counters a user reads to see how the transport behaves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TransportStats {
+    pub chunks_fetched: u64,
+    pub bytes_fetched: u64,
+    pub retries: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    chunks: AtomicU64,
+    bytes: AtomicU64,
+    retries: AtomicU64,
+}
+
+struct Shared {
+    location: String,
+    manifest: Manifest,
+    options: StreamOptions,
+    gauge: MemoryGauge,
+    counters: Counters,
+}
+
+/// An opened dataset: its manifest, and the gauge that counts what its streams hold.
+#[derive(Clone)]
+pub struct DataSource {
+    shared: Arc<Shared>,
+}
+
+/// Runs `attempt` until it succeeds, fails for good, or the policy runs out; returns the
+/// attempts made with the error.
+async fn with_retries<T, F, Fut>(
+    policy: &RetryPolicy,
+    counters: &Counters,
+    mut attempt: F,
+) -> Result<T, (u32, FetchCause)>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, FetchCause>>,
+{
+    let mut made = 0;
+    loop {
+        made += 1;
+        platform::sleep(policy.backoff_before(made)).await;
+        let outcome = platform::with_timeout(policy.attempt_timeout, attempt())
+            .await
+            .unwrap_or(Err(FetchCause::Timeout(policy.attempt_timeout)));
+        match outcome {
+            Ok(value) => return Ok(value),
+            Err(cause) if cause.is_retryable() && made < policy.max_attempts => {
+                counters.retries.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(cause) => return Err((made, cause)),
+        }
+    }
+}
+
+impl DataSource {
+    /// Fetches and validates the manifest at `location` (a URL or, natively, a path; with
+    /// or without the trailing `manifest.json`).
+    pub async fn open(location: &str, options: StreamOptions) -> Result<Self, DataError> {
+        options.validate()?;
+        let url = platform::join_location(location, super::manifest::MANIFEST_FILE);
+        let counters = Counters::default();
+        let body = with_retries(&options.retry, &counters, || platform::fetch_bytes(&url))
+            .await
+            .map_err(|(attempts, cause)| DataError::ManifestFetch {
+                url: url.clone(),
+                attempts,
+                cause,
+            })?;
+        let text = String::from_utf8(body).map_err(|_| DataError::ManifestMalformed {
+            url: url.clone(),
+            reason: "not UTF-8 text".into(),
+        })?;
+        let manifest = Manifest::parse(&text).map_err(|reason| DataError::ManifestMalformed {
+            url: url.clone(),
+            reason,
+        })?;
+        let shared = Shared {
+            location: location.to_string(),
+            manifest,
+            options,
+            gauge: MemoryGauge::default(),
+            counters,
+        };
+        Ok(DataSource {
+            shared: Arc::new(shared),
+        })
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.shared.manifest
+    }
+
+    pub fn options(&self) -> &StreamOptions {
+        &self.shared.options
+    }
+
+    /// The most one chunk holds at once: compressed body, decoded samples, visiting order.
+    pub fn chunk_footprint_bytes(entry: &ChunkEntry) -> usize {
+        entry.footprint_bytes() + order_bytes(entry.samples)
+    }
+
+    /// The promise: one stream never holds more than (prefetch + 1) chunks at their peak.
+    pub fn bound_bytes(&self) -> usize {
+        let largest = self
+            .shared
+            .manifest
+            .chunks
+            .iter()
+            .map(Self::chunk_footprint_bytes)
+            .max()
+            .unwrap_or(0);
+        (self.shared.options.prefetch + 1) * largest
+    }
+
+    pub fn memory(&self) -> PipelineMemory {
+        PipelineMemory {
+            bytes_held: self.shared.gauge.bytes_held(),
+            peak_bytes_held: self.shared.gauge.peak_bytes_held(),
+            bound_bytes: self.bound_bytes(),
+        }
+    }
+
+    pub fn gauge(&self) -> &MemoryGauge {
+        &self.shared.gauge
+    }
+
+    pub fn transport_stats(&self) -> TransportStats {
+        let c = &self.shared.counters;
+        TransportStats {
+            chunks_fetched: c.chunks.load(Ordering::Relaxed),
+            bytes_fetched: c.bytes.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The order in which `epoch` visits the chunks of `split`, as indices into the manifest.
+    pub fn chunk_order(&self, split: Split, epoch: u64) -> Vec<usize> {
+        let in_split: Vec<usize> = (0..self.shared.manifest.chunks.len())
+            .filter(|&i| self.shared.manifest.chunks[i].split == split)
+            .collect();
+        let options = &self.shared.options;
+        shuffle::chunk_order(options.seed, epoch, in_split.len(), options.shuffle)
+            .into_iter()
+            .map(|k| in_split[k])
+            .collect()
+    }
+
+    /// Starts streaming one epoch of `split` in the background; chunks arrive verified.
+    pub fn epoch(&self, split: Split, epoch: u64) -> Result<EpochStream, DataError> {
+        let order = self.chunk_order(split, epoch);
+        if order.is_empty() {
+            return Err(DataError::EmptySplit { split });
+        }
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let slots = Arc::new(Semaphore::new(self.shared.options.prefetch + 1));
+        platform::spawn(produce(
+            self.shared.clone(),
+            epoch,
+            order.clone(),
+            slots,
+            sender,
+        ));
+        Ok(EpochStream {
+            receiver,
+            remaining: order.len(),
+            failed: false,
+        })
+    }
+}
+
+async fn produce(
+    shared: Arc<Shared>,
+    epoch: u64,
+    order: Vec<usize>,
+    slots: Arc<Semaphore>,
+    sender: mpsc::UnboundedSender<Result<Chunk, DataError>>,
+) {
+    for index in order {
+        // Taking a slot before fetching is what bounds memory: a slot is released only
+        // when the consumer drops the chunk it was used for.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        if sender.is_closed() {
+            return;
+        }
+        let result = fetch_chunk(&shared, epoch, index).await.map(|mut chunk| {
+            chunk.attach_slot(slot);
+            chunk
+        });
+        let failed = result.is_err();
+        if sender.send(result).is_err() || failed {
+            return;
+        }
+    }
+}
+
+async fn fetch_chunk(shared: &Shared, epoch: u64, index: usize) -> Result<Chunk, DataError> {
+    let manifest = &shared.manifest;
+    let entry = &manifest.chunks[index];
+    let url = platform::join_location(&shared.location, &entry.file);
+    let _body_reserved = shared.gauge.hold(entry.compressed_bytes);
+    let raw = with_retries(&shared.options.retry, &shared.counters, || async {
+        let body = platform::fetch_bytes(&url).await?;
+        verify_and_decode(manifest, entry, &body)
+    })
+    .await
+    .map_err(|(attempts, cause)| DataError::Chunk {
+        chunk: entry.file.clone(),
+        url: url.clone(),
+        attempts,
+        cause,
+    })?;
+    shared.counters.chunks.fetch_add(1, Ordering::Relaxed);
+    shared
+        .counters
+        .bytes
+        .fetch_add(entry.compressed_bytes as u64, Ordering::Relaxed);
+    let order = shuffle::sample_order(
+        shared.options.seed,
+        epoch,
+        index,
+        entry.samples,
+        shared.options.shuffle,
+    );
+    Ok(Chunk::new(
+        index,
+        entry,
+        manifest.sample_bytes(),
+        raw,
+        order,
+        &shared.gauge,
+    ))
+}
+
+/// One epoch's chunks, in shuffled order, each verified before it arrives.
+pub struct EpochStream {
+    receiver: mpsc::UnboundedReceiver<Result<Chunk, DataError>>,
+    remaining: usize,
+    failed: bool,
+}
+
+impl EpochStream {
+    /// The next chunk, `None` at the end of the epoch, or the error that ended it.
+    pub async fn next_chunk(&mut self) -> Result<Option<Chunk>, DataError> {
+        if self.remaining == 0 || self.failed {
+            return Ok(None);
+        }
+        match self.receiver.recv().await {
+            Some(Ok(chunk)) => {
+                self.remaining -= 1;
+                Ok(Some(chunk))
+            }
+            Some(Err(error)) => {
+                self.failed = true;
+                Err(error)
+            }
+            None => {
+                self.failed = true;
+                Err(DataError::StreamStopped)
+            }
+        }
+    }
+
+    pub fn chunks_remaining(&self) -> usize {
+        self.remaining
+    }
+}

@@ -1,0 +1,188 @@
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::chunk::sha256_hex;
+use super::codec::Codec;
+use super::error::DataError;
+use super::manifest::{
+    ChunkEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, Manifest, SampleDtype, SourceFile,
+    Split,
+};
+
+pub const DEFAULT_CHUNK_SAMPLES: usize = 4096;
+
+#[derive(Clone, Copy, Debug)]
+pub struct WriterOptions {
+    pub chunk_samples: usize,
+    pub codec: Codec,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            chunk_samples: DEFAULT_CHUNK_SAMPLES,
+            codec: Codec::default(),
+        }
+    }
+}
+
+/// What a dataset is, before any sample is written.
+pub struct DatasetDescription {
+    pub name: String,
+    pub version: String,
+    pub sample_shape: Vec<usize>,
+    pub class_names: Vec<String>,
+    pub sources: Vec<SourceFile>,
+}
+
+#[derive(Default)]
+struct PendingChunk {
+    labels: Vec<u8>,
+    features: Vec<u8>,
+    written: usize,
+}
+
+/// Writes a dataset into a hidden sibling folder and renames it into place on `finish`,
+/// so a failed import never leaves a partial dataset where a reader would find it.
+pub struct DatasetWriter {
+    final_dir: PathBuf,
+    partial_dir: PathBuf,
+    manifest: Manifest,
+    options: WriterOptions,
+    pending: BTreeMap<Split, PendingChunk>,
+    finished: bool,
+}
+
+impl DatasetWriter {
+    pub fn create(
+        out_dir: &Path,
+        description: DatasetDescription,
+        options: WriterOptions,
+    ) -> Result<Self, DataError> {
+        if options.chunk_samples == 0 {
+            return Err(DataError::InvalidOption(
+                "chunk size must be at least 1 sample".into(),
+            ));
+        }
+        let name = out_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("dataset");
+        let parent = out_dir.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(parent).map_err(|e| DataError::io(parent, e))?;
+        let partial_dir = parent.join(format!(".{name}.partial-{}", std::process::id()));
+        if partial_dir.exists() {
+            std::fs::remove_dir_all(&partial_dir).map_err(|e| DataError::io(&partial_dir, e))?;
+        }
+        std::fs::create_dir(&partial_dir).map_err(|e| DataError::io(&partial_dir, e))?;
+        let manifest = Manifest {
+            format: FORMAT_NAME.into(),
+            format_version: FORMAT_VERSION,
+            name: description.name,
+            version: description.version,
+            sample_shape: description.sample_shape,
+            sample_dtype: SampleDtype::U8,
+            class_names: description.class_names,
+            counts: BTreeMap::new(),
+            chunk_samples: options.chunk_samples,
+            sources: description.sources,
+            chunks: Vec::new(),
+        };
+        Ok(DatasetWriter {
+            final_dir: out_dir.to_path_buf(),
+            partial_dir,
+            manifest,
+            options,
+            pending: BTreeMap::new(),
+            finished: false,
+        })
+    }
+
+    pub fn push(&mut self, split: Split, label: u8, features: &[u8]) -> Result<(), DataError> {
+        let sample_bytes = self.manifest.sample_bytes();
+        if features.len() != sample_bytes {
+            return Err(DataError::Import(format!(
+                "sample has {} bytes, expected {sample_bytes}",
+                features.len()
+            )));
+        }
+        if usize::from(label) >= self.manifest.class_names.len() {
+            return Err(DataError::Import(format!(
+                "label {label} is outside the {} classes",
+                self.manifest.class_names.len()
+            )));
+        }
+        let pending = self.pending.entry(split).or_default();
+        pending.labels.push(label);
+        pending.features.extend_from_slice(features);
+        if pending.labels.len() == self.options.chunk_samples {
+            self.flush(split)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, split: Split) -> Result<(), DataError> {
+        let pending = self.pending.entry(split).or_default();
+        if pending.labels.is_empty() {
+            return Ok(());
+        }
+        let mut raw = std::mem::take(&mut pending.labels);
+        let samples = raw.len();
+        raw.append(&mut pending.features);
+        let compressed = self.options.codec.compress(&raw);
+        let file = format!(
+            "{split}-{:05}.{}",
+            pending.written,
+            self.options.codec.name()
+        );
+        pending.written += 1;
+        let path = self.partial_dir.join(&file);
+        std::fs::write(&path, &compressed).map_err(|e| DataError::io(&path, e))?;
+        *self.manifest.counts.entry(split).or_default() += samples;
+        self.manifest.chunks.push(ChunkEntry {
+            file,
+            split,
+            samples,
+            compressed_bytes: compressed.len(),
+            raw_bytes: raw.len(),
+            sha256: sha256_hex(&compressed),
+            codec: self.options.codec,
+        });
+        Ok(())
+    }
+
+    /// Writes the manifest and moves the dataset into place, replacing an older one.
+    pub fn finish(mut self) -> Result<Manifest, DataError> {
+        for split in [Split::Train, Split::Test] {
+            self.flush(split)?;
+        }
+        self.manifest.validate().map_err(DataError::Import)?;
+        let manifest_path = self.partial_dir.join(MANIFEST_FILE);
+        let text =
+            serde_json::to_string_pretty(&self.manifest).expect("a manifest always serializes");
+        std::fs::write(&manifest_path, text).map_err(|e| DataError::io(&manifest_path, e))?;
+        let retired = self
+            .final_dir
+            .with_extension(format!("retired-{}", std::process::id()));
+        let replacing = self.final_dir.exists();
+        if replacing {
+            std::fs::rename(&self.final_dir, &retired)
+                .map_err(|e| DataError::io(&self.final_dir, e))?;
+        }
+        std::fs::rename(&self.partial_dir, &self.final_dir)
+            .map_err(|e| DataError::io(&self.final_dir, e))?;
+        self.finished = true;
+        if replacing {
+            std::fs::remove_dir_all(&retired).map_err(|e| DataError::io(&retired, e))?;
+        }
+        Ok(self.manifest.clone())
+    }
+}
+
+impl Drop for DatasetWriter {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = std::fs::remove_dir_all(&self.partial_dir);
+        }
+    }
+}

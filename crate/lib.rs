@@ -1,0 +1,14 @@
+//! Headroom: train small networks under a hard memory cap, in a browser tab or natively.
+//!
+//! The library is target-agnostic; `platform` holds the few places where wasm32 and
+//! native differ (spawning, sleeping, fetching bytes).
+
+pub mod data;
+pub mod platform;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub mod cli;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod server;
+#[cfg(target_arch = "wasm32")]
+pub mod web;

@@ -1,0 +1,184 @@
+//! The only places where wasm32 and native differ: spawning a task, waiting, fetching
+//! bytes. Everything above this module is written once.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::data::FetchCause;
+
+/// `Send` natively (tasks may move between threads), nothing in wasm32 (one thread,
+/// JS futures are not `Send`).
+#[cfg(not(target_arch = "wasm32"))]
+pub trait MaybeSend: Send {}
+#[cfg(not(target_arch = "wasm32"))]
+impl<T: Send> MaybeSend for T {}
+#[cfg(target_arch = "wasm32")]
+pub trait MaybeSend {}
+#[cfg(target_arch = "wasm32")]
+impl<T> MaybeSend for T {}
+
+/// Runs a background task. Natively it needs a tokio runtime (the CLI and tests run in one).
+pub fn spawn<F>(task: F)
+where
+    F: Future<Output = ()> + MaybeSend + 'static,
+{
+    #[cfg(not(target_arch = "wasm32"))]
+    tokio::spawn(task);
+    #[cfg(target_arch = "wasm32")]
+    wasm_bindgen_futures::spawn_local(task);
+}
+
+pub async fn sleep(duration: Duration) {
+    #[cfg(not(target_arch = "wasm32"))]
+    tokio::time::sleep(duration).await;
+    #[cfg(target_arch = "wasm32")]
+    gloo_timers::future::sleep(duration).await;
+}
+
+/// `None` when `limit` passes first.
+pub async fn with_timeout<F: Future>(limit: Duration, work: F) -> Option<F::Output> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        tokio::time::timeout(limit, work).await.ok()
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        use futures::future::{Either, select};
+        let work = std::pin::pin!(work);
+        let deadline = std::pin::pin!(sleep(limit));
+        match select(work, deadline).await {
+            Either::Left((output, _)) => Some(output),
+            Either::Right(_) => None,
+        }
+    }
+}
+
+/// Joins a dataset location (URL or path, with or without a trailing `manifest.json`) and
+/// a file name inside it.
+pub fn join_location(base: &str, file: &str) -> String {
+    let base = base
+        .strip_suffix(crate::data::manifest::MANIFEST_FILE)
+        .unwrap_or(base);
+    let base = base.trim_end_matches('/');
+    if base.is_empty() {
+        file.to_string()
+    } else {
+        format!("{base}/{file}")
+    }
+}
+
+/// Reads a whole body: over HTTP(S) with the platform's client, or from a local path or
+/// `file://` URL natively.
+pub async fn fetch_bytes(location: &str) -> Result<Vec<u8>, FetchCause> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        native::fetch_bytes(location).await
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        web::fetch_bytes(location).await
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod native {
+    use super::FetchCause;
+    use std::sync::OnceLock;
+
+    fn client() -> &'static reqwest::Client {
+        static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+        CLIENT.get_or_init(reqwest::Client::new)
+    }
+
+    fn describe(error: &reqwest::Error) -> String {
+        let mut text = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        text
+    }
+
+    pub async fn fetch_bytes(location: &str) -> Result<Vec<u8>, FetchCause> {
+        if location.starts_with("http://") || location.starts_with("https://") {
+            let mut response = client()
+                .get(location)
+                .send()
+                .await
+                .map_err(|e| FetchCause::Network(describe(&e)))?;
+            let status = response.status();
+            if !status.is_success() {
+                return Err(FetchCause::Status(status.as_u16()));
+            }
+            let expected = response.content_length().map(|n| n as usize);
+            let mut body = Vec::with_capacity(expected.unwrap_or(0));
+            loop {
+                match response.chunk().await {
+                    Ok(Some(piece)) => body.extend_from_slice(&piece),
+                    Ok(None) => break,
+                    // A connection that ends before Content-Length is a truncated body.
+                    Err(_) if expected.is_some_and(|n| body.len() < n) => {
+                        return Err(FetchCause::Truncated {
+                            expected: expected.unwrap_or(0),
+                            got: body.len(),
+                        });
+                    }
+                    Err(e) => return Err(FetchCause::Network(describe(&e))),
+                }
+            }
+            Ok(body)
+        } else {
+            let path = location.strip_prefix("file://").unwrap_or(location);
+            tokio::fs::read(path)
+                .await
+                .map_err(|e| FetchCause::Io(format!("{path}: {e}")))
+        }
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+mod web {
+    use super::FetchCause;
+    use wasm_bindgen::{JsCast, JsValue, prelude::wasm_bindgen};
+    use wasm_bindgen_futures::JsFuture;
+
+    #[wasm_bindgen]
+    extern "C" {
+        // The global `fetch`, which exists both in a window and in a worker.
+        #[wasm_bindgen(js_name = fetch)]
+        fn global_fetch(request: &web_sys::Request) -> js_sys::Promise;
+    }
+
+    fn describe(value: JsValue) -> String {
+        value
+            .dyn_ref::<js_sys::Error>()
+            .map(|e| String::from(e.message()))
+            .or_else(|| value.as_string())
+            .unwrap_or_else(|| format!("{value:?}"))
+    }
+
+    pub async fn fetch_bytes(location: &str) -> Result<Vec<u8>, FetchCause> {
+        let init = web_sys::RequestInit::new();
+        init.set_method("GET");
+        let request = web_sys::Request::new_with_str_and_init(location, &init)
+            .map_err(|e| FetchCause::Network(describe(e)))?;
+        let response = JsFuture::from(global_fetch(&request))
+            .await
+            .map_err(|e| FetchCause::Network(describe(e)))?;
+        let response: web_sys::Response = response
+            .dyn_into()
+            .map_err(|e| FetchCause::Network(describe(e)))?;
+        if !response.ok() {
+            return Err(FetchCause::Status(response.status()));
+        }
+        let buffer = response
+            .array_buffer()
+            .map_err(|e| FetchCause::Network(describe(e)))?;
+        let buffer = JsFuture::from(buffer)
+            .await
+            .map_err(|e| FetchCause::Network(describe(e)))?;
+        Ok(js_sys::Uint8Array::new(&buffer).to_vec())
+    }
+}

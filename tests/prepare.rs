@@ -1,0 +1,292 @@
+//! `headroom prepare`: IDX import, generated data, and bad input that leaves nothing behind.
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+
+use headroom::data::import::{DEFAULT_IDX_SOURCE, Provenance, import_idx, provenance};
+use headroom::data::writer::WriterOptions;
+use headroom::data::{Codec, DataError, Manifest, Split};
+
+fn idx_bytes(dims: &[u32], data: &[u8]) -> Vec<u8> {
+    let mut bytes = vec![0, 0, 0x08, dims.len() as u8];
+    for d in dims {
+        bytes.extend_from_slice(&d.to_be_bytes());
+    }
+    bytes.extend_from_slice(data);
+    bytes
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(bytes).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// Writes a tiny MNIST-style folder: 4x3 images whose pixels encode their index.
+fn write_idx_folder(dir: &Path, train: usize, test: usize, gzipped: bool) {
+    for (prefix, count) in [("train", train), ("t10k", test)] {
+        let images: Vec<u8> = (0..count * 12).map(|i| (i / 12 + i % 12) as u8).collect();
+        let labels: Vec<u8> = (0..count).map(|i| (i % 10) as u8).collect();
+        let files = [
+            (
+                format!("{prefix}-images-idx3-ubyte"),
+                idx_bytes(&[count as u32, 4, 3], &images),
+            ),
+            (
+                format!("{prefix}-labels-idx1-ubyte"),
+                idx_bytes(&[count as u32], &labels),
+            ),
+        ];
+        for (name, bytes) in files {
+            if gzipped {
+                std::fs::write(dir.join(format!("{name}.gz")), gzip(&bytes)).unwrap();
+            } else {
+                std::fs::write(dir.join(name), bytes).unwrap();
+            }
+        }
+    }
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn idx_files_plain_or_gzipped_become_checksummed_chunks_of_the_requested_size() {
+    for gzipped in [false, true] {
+        let source = tempfile::tempdir().unwrap();
+        write_idx_folder(source.path(), 10, 4, gzipped);
+        let out = tempfile::tempdir().unwrap();
+        let dataset = out.path().join("mnist");
+        let options = WriterOptions {
+            chunk_samples: 3,
+            codec: Codec::Lz4,
+        };
+        let manifest = import_idx(source.path(), "mnist", &dataset, options).unwrap();
+        assert_eq!(
+            (manifest.count(Split::Train), manifest.count(Split::Test)),
+            (10, 4)
+        );
+        assert_eq!(manifest.sample_shape, vec![4, 3]);
+        let sizes: Vec<usize> = manifest
+            .chunks_of(Split::Train)
+            .iter()
+            .map(|c| c.samples)
+            .collect();
+        assert_eq!(sizes, vec![3, 3, 3, 1]);
+        let on_disk: Manifest =
+            Manifest::parse(&std::fs::read_to_string(dataset.join("manifest.json")).unwrap())
+                .unwrap();
+        assert_eq!(on_disk, manifest);
+        for chunk in &manifest.chunks {
+            let body = std::fs::read(dataset.join(&chunk.file)).unwrap();
+            assert_eq!(body.len(), chunk.compressed_bytes);
+            assert_eq!(headroom::data::chunk::sha256_hex(&body), chunk.sha256);
+        }
+        // The first train chunk holds samples 0..3: labels, then their pixels.
+        let first = &manifest.chunks[0];
+        let raw = first
+            .codec
+            .decompress(
+                &std::fs::read(dataset.join(&first.file)).unwrap(),
+                first.raw_bytes,
+            )
+            .unwrap();
+        assert_eq!(&raw[..3], &[0, 1, 2]);
+        assert_eq!(raw[3 + 12], 1, "sample 1's first pixel encodes its index");
+    }
+}
+
+#[test]
+fn bad_idx_input_is_a_clear_error_and_leaves_no_partial_dataset() {
+    type Spoil = fn(&Path);
+    let spoilers: [(&str, Spoil, &str); 4] = [
+        (
+            "bad magic",
+            |d| {
+                std::fs::write(
+                    d.join("train-labels-idx1-ubyte"),
+                    [1u8, 2, 3, 4, 0, 0, 0, 1, 5],
+                )
+                .unwrap()
+            },
+            "magic",
+        ),
+        (
+            "count mismatch",
+            |d| {
+                std::fs::write(d.join("train-labels-idx1-ubyte"), idx_bytes(&[9], &[0; 9])).unwrap()
+            },
+            "holds 10 images but",
+        ),
+        (
+            "truncated data",
+            |d| {
+                std::fs::write(
+                    d.join("t10k-images-idx3-ubyte"),
+                    idx_bytes(&[4, 4, 3], &[0; 40]),
+                )
+                .unwrap()
+            },
+            "need 48 data bytes",
+        ),
+        (
+            "missing file",
+            |d| std::fs::remove_file(d.join("t10k-labels-idx1-ubyte")).unwrap(),
+            "neither t10k-labels-idx1-ubyte",
+        ),
+    ];
+    for (case, spoil, expected) in spoilers {
+        let source = tempfile::tempdir().unwrap();
+        write_idx_folder(source.path(), 10, 4, false);
+        spoil(source.path());
+        let out = tempfile::tempdir().unwrap();
+        let error = import_idx(
+            source.path(),
+            "mnist",
+            &out.path().join("mnist"),
+            WriterOptions::default(),
+        )
+        .unwrap_err();
+        assert!(matches!(error, DataError::Import(_)), "{case}: {error:?}");
+        assert!(error.to_string().contains(expected), "{case}: {error}");
+        assert!(
+            entries(out.path()).is_empty(),
+            "{case}: left {:?}",
+            entries(out.path())
+        );
+    }
+}
+
+#[test]
+fn an_out_of_range_label_is_refused_midway_without_touching_the_old_dataset() {
+    let source = tempfile::tempdir().unwrap();
+    write_idx_folder(source.path(), 10, 4, false);
+    let out = tempfile::tempdir().unwrap();
+    let dataset = out.path().join("mnist");
+    import_idx(source.path(), "mnist", &dataset, WriterOptions::default()).unwrap();
+    let before = std::fs::read(dataset.join("manifest.json")).unwrap();
+    std::fs::write(
+        source.path().join("t10k-labels-idx1-ubyte"),
+        idx_bytes(&[4], &[0, 1, 2, 200]),
+    )
+    .unwrap();
+    let error = import_idx(source.path(), "mnist", &dataset, WriterOptions::default()).unwrap_err();
+    assert!(error.to_string().contains("label 200"), "{error}");
+    assert_eq!(
+        std::fs::read(dataset.join("manifest.json")).unwrap(),
+        before
+    );
+    assert_eq!(entries(out.path()), vec!["mnist"]);
+}
+
+#[test]
+fn the_real_fashion_mnist_imports_with_its_published_counts_and_checksums() {
+    let source = Path::new(DEFAULT_IDX_SOURCE);
+    if !source.is_dir() {
+        eprintln!(
+            "{DEFAULT_IDX_SOURCE} is absent (apt-get install dataset-fashion-mnist); .ci/run installs it"
+        );
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let manifest = import_idx(
+        source,
+        "fashion-mnist",
+        &out.path().join("fashion-mnist"),
+        WriterOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        (manifest.count(Split::Train), manifest.count(Split::Test)),
+        (60000, 10000)
+    );
+    assert_eq!(manifest.sample_shape, vec![28, 28]);
+    assert_eq!(manifest.class_names[9], "Ankle boot");
+    assert_eq!(
+        manifest.chunks_of(Split::Train).len(),
+        15,
+        "60000 / 4096 rounded up"
+    );
+    assert!(
+        manifest
+            .sources
+            .iter()
+            .all(|s| provenance(s) == Provenance::Known),
+        "{:?}",
+        manifest.sources
+    );
+}
+
+fn headroom(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_cli_generates_synthetic_data_and_refuses_bad_values() {
+    let out = tempfile::tempdir().unwrap();
+    let root = out.path().to_str().unwrap();
+    let done = headroom(&[
+        "prepare",
+        "--synthetic",
+        "500",
+        "--chunk-samples",
+        "128",
+        "--out-root",
+        root,
+    ]);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let manifest = Manifest::parse(
+        &std::fs::read_to_string(out.path().join("synthetic/manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            manifest.count(Split::Train),
+            manifest.count(Split::Test),
+            manifest.chunks.len()
+        ),
+        (500, 100, 5)
+    );
+
+    for (args, expected) in [
+        (
+            vec!["prepare", "--synthetic", "100", "--chunk-samples", "0"],
+            "chunk-samples",
+        ),
+        (vec!["prepare", "--synthetic", "0"], "at least 1 sample"),
+        (
+            vec!["prepare", "--synthetic", "10", "--codec", "zip"],
+            "unknown codec 'zip'",
+        ),
+        (
+            vec!["prepare", "--source", "/nonexistent-idx"],
+            "dataset-fashion-mnist",
+        ),
+    ] {
+        let args: Vec<&str> = args.into_iter().chain(["--out-root", root]).collect();
+        let failed = headroom(&args);
+        let stderr = String::from_utf8_lossy(&failed.stderr);
+        assert!(!failed.status.success(), "{args:?} succeeded");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    assert_eq!(
+        entries(out.path()),
+        vec!["synthetic"],
+        "failed runs leave nothing behind"
+    );
+}

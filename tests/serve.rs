@@ -1,0 +1,144 @@
+//! `headroom serve`: what a browser and the streaming reader rely on from the server.
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::net::SocketAddr;
+
+use headroom::server::spawn_local;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+struct Site {
+    _dir: tempfile::TempDir,
+    addr: SocketAddr,
+}
+
+/// `<tmp>/secret.txt` beside the served root `<tmp>/site/`.
+async fn site() -> Site {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("site");
+    std::fs::create_dir_all(root.join("pkg")).unwrap();
+    std::fs::write(
+        root.join("index.html"),
+        "<!doctype html><title>headroom</title>",
+    )
+    .unwrap();
+    std::fs::write(root.join("pkg/headroom_bg.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    std::fs::write(root.join("chunk.bin"), (0..=255u8).collect::<Vec<u8>>()).unwrap();
+    std::fs::write(dir.path().join("secret.txt"), "do not serve").unwrap();
+    let addr = spawn_local(root, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    Site { _dir: dir, addr }
+}
+
+/// A request written byte for byte: HTTP clients normalise `..` away before sending.
+async fn raw_get(addr: SocketAddr, path: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    response
+}
+
+#[tokio::test]
+async fn pages_are_cross_origin_isolated_and_wasm_has_its_mime_type() {
+    let site = site().await;
+    let client = reqwest::Client::new();
+    let page = client
+        .get(format!("http://{}/", site.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert_eq!(page.headers()["cross-origin-opener-policy"], "same-origin");
+    assert_eq!(
+        page.headers()["cross-origin-embedder-policy"],
+        "require-corp"
+    );
+    assert!(page.text().await.unwrap().contains("headroom"));
+    let wasm = client
+        .get(format!("http://{}/pkg/headroom_bg.wasm", site.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wasm.headers()["content-type"], "application/wasm");
+}
+
+#[tokio::test]
+async fn range_requests_get_206_with_exactly_those_bytes() {
+    let site = site().await;
+    let response = reqwest::Client::new()
+        .get(format!("http://{}/chunk.bin", site.addr))
+        .header("Range", "bytes=10-19")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 206);
+    assert_eq!(response.headers()["content-range"], "bytes 10-19/256");
+    assert_eq!(
+        response.bytes().await.unwrap().to_vec(),
+        (10..20u8).collect::<Vec<u8>>()
+    );
+}
+
+#[tokio::test]
+async fn an_unchanged_file_revalidates_with_its_etag_as_304() {
+    let site = site().await;
+    let client = reqwest::Client::new();
+    let url = format!("http://{}/chunk.bin", site.addr);
+    let first = client.get(&url).send().await.unwrap();
+    let etag = first.headers()["etag"].clone();
+    assert!(first.headers().contains_key("last-modified"));
+    let again = client
+        .get(&url)
+        .header("If-None-Match", etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+    let changed = client
+        .get(&url)
+        .header("If-None-Match", "\"something-else\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(changed.status(), 200);
+}
+
+#[tokio::test]
+async fn paths_that_leave_the_root_are_refused_encoded_or_not() {
+    let site = site().await;
+    for path in [
+        "/../secret.txt",
+        "/pkg/../../secret.txt",
+        "/%2e%2e/secret.txt",
+        "/pkg/%2E%2E/%2e%2e/secret.txt",
+        "/..%2fsecret.txt",
+    ] {
+        let response = raw_get(site.addr, path).await;
+        let status_line = response.lines().next().unwrap_or_default().to_string();
+        assert!(!status_line.contains("200"), "{path}: {status_line}");
+        assert!(!response.contains("do not serve"), "{path} leaked the file");
+    }
+    assert!(
+        raw_get(site.addr, "/missing.bin")
+            .await
+            .starts_with("HTTP/1.1 404")
+    );
+}
+
+#[tokio::test]
+async fn other_origins_may_read_the_chunks() {
+    let site = site().await;
+    let response = reqwest::Client::new()
+        .get(format!("http://{}/chunk.bin", site.addr))
+        .header("Origin", "http://127.0.0.1:9999")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["access-control-allow-origin"], "*");
+    assert_eq!(
+        response.headers()["cross-origin-resource-policy"],
+        "cross-origin"
+    );
+}
