@@ -57,9 +57,7 @@ async fn a_passing_fault_is_retried_and_the_epoch_is_identical_to_a_clean_one() 
     for fault in ALL_FAULTS {
         server.fail_next(victim, fault, 1);
         let before = server.requests_for(victim);
-        let source = DataSource::open(&server.base_url, quick_retries())
-            .await
-            .unwrap();
+        let source = DataSource::open(&server.base_url, quick_retries()).await.unwrap();
         let figures = scan_epoch(&source, Split::Train, 0, 128)
             .await
             .unwrap_or_else(|e| panic!("{fault:?}: {e}"));
@@ -76,9 +74,7 @@ async fn a_passing_fault_is_retried_and_the_epoch_is_identical_to_a_clean_one() 
 async fn a_lasting_fault_ends_the_epoch_with_an_error_naming_chunk_and_cause_and_no_bad_chunk() {
     let dataset = synthetic_dataset(3000, 500, Codec::Deflate);
     let server = FaultServer::start(&dataset.dir, "synthetic").await;
-    let source = DataSource::open(&server.base_url, quick_retries())
-        .await
-        .unwrap();
+    let source = DataSource::open(&server.base_url, quick_retries()).await.unwrap();
     let order = source.chunk_order(Split::Train, 0);
     let victim_index = order[3];
     let victim = dataset.manifest.chunks[victim_index].file.clone();
@@ -112,10 +108,7 @@ async fn a_lasting_fault_ends_the_epoch_with_an_error_naming_chunk_and_cause_and
             } => {
                 assert_eq!(chunk, victim);
                 assert_eq!(attempts, 3, "{fault:?}: retries are bounded by the policy");
-                assert!(
-                    cause_matches(fault, &cause),
-                    "{fault:?} reported as {cause:?}"
-                );
+                assert!(cause_matches(fault, &cause), "{fault:?} reported as {cause:?}");
             }
             other => panic!("{fault:?}: unexpected error {other:?}"),
         }
@@ -158,10 +151,7 @@ async fn a_malformed_or_inconsistent_manifest_is_a_clear_error() {
             .await
             .err()
             .expect("must fail");
-        assert!(
-            matches!(error, DataError::ManifestMalformed { .. }),
-            "{error:?}"
-        );
+        assert!(matches!(error, DataError::ManifestMalformed { .. }), "{error:?}");
         assert!(error.to_string().contains(expected), "{error}");
     }
     let mut inconsistent = dataset.manifest.clone();

@@ -43,21 +43,12 @@ fn records_in_file_order(dataset: &TestDataset, split: Split) -> Vec<Vec<u8>> {
     records
 }
 
-async fn records_streamed(
-    source: &DataSource,
-    split: Split,
-    epoch: u64,
-    batch: usize,
-) -> Vec<Vec<u8>> {
+async fn records_streamed(source: &DataSource, split: Split, epoch: u64, batch: usize) -> Vec<Vec<u8>> {
     let sample_bytes = source.manifest().sample_bytes();
     let mut reader = BatchReader::new(source.epoch(split, epoch).unwrap(), sample_bytes);
     let mut records = Vec::new();
     while let Some(batch) = reader.next_batch(batch).await.unwrap() {
-        for (label, record) in batch
-            .labels
-            .iter()
-            .zip(batch.features.chunks_exact(sample_bytes))
-        {
+        for (label, record) in batch.labels.iter().zip(batch.features.chunks_exact(sample_bytes)) {
             records.push([&[*label], record].concat());
         }
     }
@@ -151,10 +142,7 @@ async fn held_bytes_stay_within_prefetch_plus_one_chunks_and_prefetch_really_hap
     for prefetch in [0, 1, 3] {
         let (peak, bound) = peak_with_slow_consumer(&dataset, prefetch).await;
         assert_eq!(bound, (prefetch + 1) * footprint);
-        assert!(
-            peak <= bound,
-            "prefetch {prefetch}: peak {peak} > bound {bound}"
-        );
+        assert!(peak <= bound, "prefetch {prefetch}: peak {peak} > bound {bound}");
         // With a slow consumer the window fills: all prefetch + 1 slots hold a decoded chunk.
         assert!(
             peak >= (prefetch + 1) * decoded,
@@ -179,12 +167,9 @@ async fn peak_memory_does_not_grow_with_the_dataset() {
 #[tokio::test]
 async fn the_same_data_streams_from_a_path_a_file_url_and_headroom_serve() {
     let dataset = synthetic_dataset(1000, 400, Codec::Deflate);
-    let addr = server::spawn_local(
-        dataset.root.path().to_path_buf(),
-        "127.0.0.1:0".parse().unwrap(),
-    )
-    .await
-    .unwrap();
+    let addr = server::spawn_local(dataset.root.path().to_path_buf(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
     let locations = [
         dataset.dir.to_str().unwrap().to_string(),
         format!("file://{}/manifest.json", dataset.dir.display()),
@@ -193,9 +178,7 @@ async fn the_same_data_streams_from_a_path_a_file_url_and_headroom_serve() {
     ];
     let mut digests = Vec::new();
     for location in &locations {
-        let source = DataSource::open(location, options(2, 8, true))
-            .await
-            .unwrap();
+        let source = DataSource::open(location, options(2, 8, true)).await.unwrap();
         digests.push(
             scan_epoch(&source, Split::Train, 0, 50)
                 .await
@@ -216,9 +199,7 @@ async fn bad_options_are_refused_with_a_reason() {
         .err()
         .unwrap();
     assert!(
-        error
-            .to_string()
-            .contains("max_attempts must be at least 1"),
+        error.to_string().contains("max_attempts must be at least 1"),
         "{error}"
     );
     let error = DataSource::open(dataset.dir.to_str().unwrap(), options(1000, 0, true))

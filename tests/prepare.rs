@@ -82,8 +82,7 @@ fn idx_files_plain_or_gzipped_become_checksummed_chunks_of_the_requested_size() 
             .collect();
         assert_eq!(sizes, vec![3, 3, 3, 1]);
         let on_disk: Manifest =
-            Manifest::parse(&std::fs::read_to_string(dataset.join("manifest.json")).unwrap())
-                .unwrap();
+            Manifest::parse(&std::fs::read_to_string(dataset.join("manifest.json")).unwrap()).unwrap();
         assert_eq!(on_disk, manifest);
         for chunk in &manifest.chunks {
             let body = std::fs::read(dataset.join(&chunk.file)).unwrap();
@@ -110,31 +109,17 @@ fn bad_idx_input_is_a_clear_error_and_leaves_no_partial_dataset() {
     let spoilers: [(&str, Spoil, &str); 4] = [
         (
             "bad magic",
-            |d| {
-                std::fs::write(
-                    d.join("train-labels-idx1-ubyte"),
-                    [1u8, 2, 3, 4, 0, 0, 0, 1, 5],
-                )
-                .unwrap()
-            },
+            |d| std::fs::write(d.join("train-labels-idx1-ubyte"), [1u8, 2, 3, 4, 0, 0, 0, 1, 5]).unwrap(),
             "magic",
         ),
         (
             "count mismatch",
-            |d| {
-                std::fs::write(d.join("train-labels-idx1-ubyte"), idx_bytes(&[9], &[0; 9])).unwrap()
-            },
+            |d| std::fs::write(d.join("train-labels-idx1-ubyte"), idx_bytes(&[9], &[0; 9])).unwrap(),
             "holds 10 images but",
         ),
         (
             "truncated data",
-            |d| {
-                std::fs::write(
-                    d.join("t10k-images-idx3-ubyte"),
-                    idx_bytes(&[4, 4, 3], &[0; 40]),
-                )
-                .unwrap()
-            },
+            |d| std::fs::write(d.join("t10k-images-idx3-ubyte"), idx_bytes(&[4, 4, 3], &[0; 40])).unwrap(),
             "need 48 data bytes",
         ),
         (
@@ -180,10 +165,7 @@ fn an_out_of_range_label_is_refused_midway_without_touching_the_old_dataset() {
     .unwrap();
     let error = import_idx(source.path(), "mnist", &dataset, WriterOptions::default()).unwrap_err();
     assert!(error.to_string().contains("label 200"), "{error}");
-    assert_eq!(
-        std::fs::read(dataset.join("manifest.json")).unwrap(),
-        before
-    );
+    assert_eq!(std::fs::read(dataset.join("manifest.json")).unwrap(), before);
     assert_eq!(entries(out.path()), vec!["mnist"]);
 }
 
@@ -245,15 +227,10 @@ fn the_cli_generates_synthetic_data_and_refuses_bad_values() {
         "--out-root",
         root,
     ]);
-    assert!(
-        done.status.success(),
-        "{}",
-        String::from_utf8_lossy(&done.stderr)
-    );
-    let manifest = Manifest::parse(
-        &std::fs::read_to_string(out.path().join("synthetic/manifest.json")).unwrap(),
-    )
-    .unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let manifest =
+        Manifest::parse(&std::fs::read_to_string(out.path().join("synthetic/manifest.json")).unwrap())
+            .unwrap();
     assert_eq!(
         (
             manifest.count(Split::Train),

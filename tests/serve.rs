@@ -16,17 +16,11 @@ async fn site() -> Site {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("site");
     std::fs::create_dir_all(root.join("pkg")).unwrap();
-    std::fs::write(
-        root.join("index.html"),
-        "<!doctype html><title>headroom</title>",
-    )
-    .unwrap();
+    std::fs::write(root.join("index.html"), "<!doctype html><title>headroom</title>").unwrap();
     std::fs::write(root.join("pkg/headroom_bg.wasm"), b"\0asm\x01\0\0\0").unwrap();
     std::fs::write(root.join("chunk.bin"), (0..=255u8).collect::<Vec<u8>>()).unwrap();
     std::fs::write(dir.path().join("secret.txt"), "do not serve").unwrap();
-    let addr = spawn_local(root, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let addr = spawn_local(root, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     Site { _dir: dir, addr }
 }
 
@@ -44,17 +38,10 @@ async fn raw_get(addr: SocketAddr, path: &str) -> String {
 async fn pages_are_cross_origin_isolated_and_wasm_has_its_mime_type() {
     let site = site().await;
     let client = reqwest::Client::new();
-    let page = client
-        .get(format!("http://{}/", site.addr))
-        .send()
-        .await
-        .unwrap();
+    let page = client.get(format!("http://{}/", site.addr)).send().await.unwrap();
     assert_eq!(page.status(), 200);
     assert_eq!(page.headers()["cross-origin-opener-policy"], "same-origin");
-    assert_eq!(
-        page.headers()["cross-origin-embedder-policy"],
-        "require-corp"
-    );
+    assert_eq!(page.headers()["cross-origin-embedder-policy"], "require-corp");
     assert!(page.text().await.unwrap().contains("headroom"));
     let wasm = client
         .get(format!("http://{}/pkg/headroom_bg.wasm", site.addr))
@@ -137,8 +124,5 @@ async fn other_origins_may_read_the_chunks() {
         .await
         .unwrap();
     assert_eq!(response.headers()["access-control-allow-origin"], "*");
-    assert_eq!(
-        response.headers()["cross-origin-resource-policy"],
-        "cross-origin"
-    );
+    assert_eq!(response.headers()["cross-origin-resource-policy"], "cross-origin");
 }

@@ -56,11 +56,7 @@ fn decode_all(dir: &Path, manifest: &Manifest) -> anyhow::Result<(usize, f64)> {
     Ok((raw, started.elapsed().as_secs_f64()))
 }
 
-async fn stream_over_http(
-    root: &Path,
-    name: &str,
-    prefetch: usize,
-) -> anyhow::Result<EpochFigures> {
+async fn stream_over_http(root: &Path, name: &str, prefetch: usize) -> anyhow::Result<EpochFigures> {
     let addr = server::spawn_local(root.to_path_buf(), "127.0.0.1:0".parse()?).await?;
     let url = format!("http://{addr}/{name}");
     let source = DataSource::open(
@@ -104,7 +100,7 @@ async fn bench_data(args: DataBenchArgs) -> anyhow::Result<()> {
     );
     println!(
         "{:<10} {:>12} {:>12} {:>8} {:>12} {:>12}",
-        "codec", "raw", "compressed", "ratio", "encode MB/s", "decode MB/s"
+        "codec", "raw", "compressed", "ratio", "import MB/s", "decode MB/s"
     );
     let mut fashion = None;
     for codec in Codec::ALL {
@@ -140,12 +136,8 @@ async fn bench_data(args: DataBenchArgs) -> anyhow::Result<()> {
     let train = fashion_manifest.count(Split::Train);
     let synthetic_name = format!("synthetic-x{}", args.scale);
     let synthetic_dir = work.path().join(&synthetic_name);
-    let synthetic_manifest = import::generate_synthetic(
-        train * args.scale,
-        0,
-        &synthetic_dir,
-        WriterOptions::default(),
-    )?;
+    let synthetic_manifest =
+        import::generate_synthetic(train * args.scale, 0, &synthetic_dir, WriterOptions::default())?;
 
     println!(
         "\nstreaming one training epoch over HTTP from 127.0.0.1 ({} codec, prefetch {}, batch 256):",

@@ -53,15 +53,13 @@ pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
             })?
         }
     };
+    write_dataset_index(&args.out_root)?;
     for source in &manifest.sources {
         let verdict = match import::provenance(source) {
             Provenance::Known => "matches the published file",
             Provenance::Unknown => "not a file this build knows; check it yourself",
         };
-        println!(
-            "source {} sha256 {} ({verdict})",
-            source.file, source.sha256
-        );
+        println!("source {} sha256 {} ({verdict})", source.file, source.sha256);
     }
     let compressed: usize = manifest.chunks.iter().map(|c| c.compressed_bytes).sum();
     let raw: usize = manifest.chunks.iter().map(|c| c.raw_bytes).sum();
@@ -77,5 +75,33 @@ pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
         100.0 * compressed as f64 / raw.max(1) as f64,
         args.codec.name(),
     );
+    Ok(())
+}
+
+/// `<out-root>/index.json` lists the datasets there, so the page can offer them.
+fn write_dataset_index(out_root: &std::path::Path) -> anyhow::Result<()> {
+    let mut datasets = Vec::new();
+    for entry in std::fs::read_dir(out_root)? {
+        let dir = entry?.path();
+        let Ok(text) = std::fs::read_to_string(dir.join(crate::data::manifest::MANIFEST_FILE)) else {
+            continue;
+        };
+        let Ok(manifest) = crate::data::Manifest::parse(&text) else {
+            continue;
+        };
+        let path = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        datasets.push(serde_json::json!({
+            "path": path,
+            "name": manifest.name,
+            "train": manifest.count(crate::data::Split::Train),
+            "test": manifest.count(crate::data::Split::Test),
+        }));
+    }
+    datasets.sort_by_key(|d| d["path"].as_str().map(str::to_string));
+    let index = serde_json::json!({ "datasets": datasets });
+    std::fs::write(out_root.join("index.json"), serde_json::to_string_pretty(&index)?)?;
     Ok(())
 }

@@ -13,6 +13,9 @@ pub struct ServeArgs {
     /// Folder to serve.
     #[arg(long, default_value = "static")]
     root: PathBuf,
+    /// The JS front end, served at /web/ (skipped when the folder is absent).
+    #[arg(long, default_value = "web")]
+    web: PathBuf,
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -33,6 +36,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    server::serve(listener, args.root, shutdown).await?;
+    let web = args.web.is_dir().then_some(args.web);
+    server::serve(listener, server::router(args.root, web), shutdown).await?;
     Ok(())
 }

@@ -47,10 +47,7 @@ impl BatchReader {
             sample_bytes: self.sample_bytes,
         };
         while batch.len() < size {
-            let exhausted = self
-                .current
-                .as_ref()
-                .is_none_or(|c| self.position >= c.len());
+            let exhausted = self.current.as_ref().is_none_or(|c| self.position >= c.len());
             if exhausted {
                 // Drop the finished chunk before waiting, so its slot frees for prefetch.
                 self.current = None;

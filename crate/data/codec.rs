@@ -33,19 +33,12 @@ impl Codec {
     /// body decodes to the wrong size never reaches training.
     pub fn decompress(self, compressed: &[u8], raw_len: usize) -> Result<Vec<u8>, String> {
         let raw = match self {
-            Codec::Lz4 => {
-                lz4_flex::block::decompress(compressed, raw_len).map_err(|e| e.to_string())?
-            }
-            Codec::Deflate => {
-                miniz_oxide::inflate::decompress_to_vec_with_limit(compressed, raw_len)
-                    .map_err(|e| format!("inflate failed: {e}"))?
-            }
+            Codec::Lz4 => lz4_flex::block::decompress(compressed, raw_len).map_err(|e| e.to_string())?,
+            Codec::Deflate => miniz_oxide::inflate::decompress_to_vec_with_limit(compressed, raw_len)
+                .map_err(|e| format!("inflate failed: {e}"))?,
         };
         if raw.len() != raw_len {
-            return Err(format!(
-                "decoded {} bytes, manifest says {raw_len}",
-                raw.len()
-            ));
+            return Err(format!("decoded {} bytes, manifest says {raw_len}", raw.len()));
         }
         Ok(raw)
     }

@@ -52,10 +52,7 @@ pub enum DataError {
     #[error("{0}")]
     Import(String),
     #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    Io { path: String, source: std::io::Error },
     #[error("invalid option: {0}")]
     InvalidOption(String),
 }

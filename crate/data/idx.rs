@@ -21,9 +21,7 @@ pub fn read_idx(path: &Path, expected_rank: usize) -> Result<IdxArray, DataError
         let mut out = Vec::new();
         flate2::read::GzDecoder::new(&file_bytes[..])
             .read_to_end(&mut out)
-            .map_err(|e| {
-                DataError::Import(format!("{}: not a valid gzip file: {e}", path.display()))
-            })?;
+            .map_err(|e| DataError::Import(format!("{}: not a valid gzip file: {e}", path.display())))?;
         out
     } else {
         file_bytes
@@ -34,10 +32,7 @@ pub fn read_idx(path: &Path, expected_rank: usize) -> Result<IdxArray, DataError
 
 pub fn parse_idx(bytes: &[u8], expected_rank: usize) -> Result<IdxArray, String> {
     if bytes.len() < 4 {
-        return Err(format!(
-            "{} bytes is too short for an IDX header",
-            bytes.len()
-        ));
+        return Err(format!("{} bytes is too short for an IDX header", bytes.len()));
     }
     if bytes[0] != 0 || bytes[1] != 0 {
         return Err(format!(
@@ -53,9 +48,7 @@ pub fn parse_idx(bytes: &[u8], expected_rank: usize) -> Result<IdxArray, String>
     }
     let rank = usize::from(bytes[3]);
     if rank != expected_rank {
-        return Err(format!(
-            "IDX has {rank} dimensions, expected {expected_rank}"
-        ));
+        return Err(format!("IDX has {rank} dimensions, expected {expected_rank}"));
     }
     let header = 4 + 4 * rank;
     if bytes.len() < header {

@@ -133,10 +133,7 @@ impl Manifest {
     /// at open time rather than as a confusing error halfway through an epoch.
     pub fn validate(&self) -> Result<(), String> {
         if self.format != FORMAT_NAME {
-            return Err(format!(
-                "format is '{}', expected '{FORMAT_NAME}'",
-                self.format
-            ));
+            return Err(format!("format is '{}', expected '{FORMAT_NAME}'", self.format));
         }
         if self.format_version != FORMAT_VERSION {
             return Err(format!(

@@ -55,9 +55,7 @@ mod tests {
             max_backoff: Duration::from_millis(300),
             ..RetryPolicy::default()
         };
-        let waits: Vec<_> = (1..=5)
-            .map(|a| policy.backoff_before(a).as_millis())
-            .collect();
+        let waits: Vec<_> = (1..=5).map(|a| policy.backoff_before(a).as_millis()).collect();
         assert_eq!(waits, vec![0, 100, 200, 300, 300]);
     }
 }

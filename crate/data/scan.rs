@@ -33,9 +33,7 @@ pub async fn scan_epoch(
     batch_size: usize,
 ) -> Result<EpochFigures, DataError> {
     if batch_size == 0 {
-        return Err(DataError::InvalidOption(
-            "batch size must be at least 1".into(),
-        ));
+        return Err(DataError::InvalidOption("batch size must be at least 1".into()));
     }
     let started = Instant::now();
     let sample_bytes = source.manifest().sample_bytes();

@@ -21,13 +21,7 @@ pub fn chunk_order(seed: u64, epoch: u64, chunks: usize, shuffle: bool) -> Vec<u
 }
 
 /// Order in which an epoch visits the samples inside one chunk.
-pub fn sample_order(
-    seed: u64,
-    epoch: u64,
-    chunk_index: usize,
-    samples: usize,
-    shuffle: bool,
-) -> Vec<u32> {
+pub fn sample_order(seed: u64, epoch: u64, chunk_index: usize, samples: usize, shuffle: bool) -> Vec<u32> {
     let mut order: Vec<u32> = (0..samples as u32).collect();
     if shuffle {
         order.shuffle(&mut rng_for(seed, epoch, chunk_index as u64));

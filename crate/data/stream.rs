@@ -204,13 +204,7 @@ impl DataSource {
         }
         let (sender, receiver) = mpsc::unbounded_channel();
         let slots = Arc::new(Semaphore::new(self.shared.options.prefetch + 1));
-        platform::spawn(produce(
-            self.shared.clone(),
-            epoch,
-            order.clone(),
-            slots,
-            sender,
-        ));
+        platform::spawn(produce(self.shared.clone(), epoch, order.clone(), slots, sender));
         Ok(EpochStream {
             receiver,
             remaining: order.len(),

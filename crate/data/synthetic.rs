@@ -32,10 +32,7 @@ impl SyntheticImages {
         let mut image = vec![0u8; SIDE * SIDE];
         for y in 0..SIDE as i32 {
             for x in 0..SIDE as i32 {
-                let (sx, sy) = (
-                    (x + dx).clamp(0, 27) as usize,
-                    (y + dy).clamp(0, 27) as usize,
-                );
+                let (sx, sy) = ((x + dx).clamp(0, 27) as usize, (y + dy).clamp(0, 27) as usize);
                 let noise = self.rng.random_range(-60i32..=60);
                 let value = i32::from(prototype[sy * SIDE + sx]) + noise;
                 image[y as usize * SIDE + x as usize] = value.clamp(0, 255) as u8;

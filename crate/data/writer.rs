@@ -5,8 +5,7 @@ use super::chunk::sha256_hex;
 use super::codec::Codec;
 use super::error::DataError;
 use super::manifest::{
-    ChunkEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, Manifest, SampleDtype, SourceFile,
-    Split,
+    ChunkEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, Manifest, SampleDtype, SourceFile, Split,
 };
 
 pub const DEFAULT_CHUNK_SAMPLES: usize = 4096;
@@ -64,10 +63,7 @@ impl DatasetWriter {
                 "chunk size must be at least 1 sample".into(),
             ));
         }
-        let name = out_dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("dataset");
+        let name = out_dir.file_name().and_then(|n| n.to_str()).unwrap_or("dataset");
         let parent = out_dir.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(parent).map_err(|e| DataError::io(parent, e))?;
         let partial_dir = parent.join(format!(".{name}.partial-{}", std::process::id()));
@@ -130,11 +126,7 @@ impl DatasetWriter {
         let samples = raw.len();
         raw.append(&mut pending.features);
         let compressed = self.options.codec.compress(&raw);
-        let file = format!(
-            "{split}-{:05}.{}",
-            pending.written,
-            self.options.codec.name()
-        );
+        let file = format!("{split}-{:05}.{}", pending.written, self.options.codec.name());
         pending.written += 1;
         let path = self.partial_dir.join(&file);
         std::fs::write(&path, &compressed).map_err(|e| DataError::io(&path, e))?;
@@ -158,19 +150,16 @@ impl DatasetWriter {
         }
         self.manifest.validate().map_err(DataError::Import)?;
         let manifest_path = self.partial_dir.join(MANIFEST_FILE);
-        let text =
-            serde_json::to_string_pretty(&self.manifest).expect("a manifest always serializes");
+        let text = serde_json::to_string_pretty(&self.manifest).expect("a manifest always serializes");
         std::fs::write(&manifest_path, text).map_err(|e| DataError::io(&manifest_path, e))?;
         let retired = self
             .final_dir
             .with_extension(format!("retired-{}", std::process::id()));
         let replacing = self.final_dir.exists();
         if replacing {
-            std::fs::rename(&self.final_dir, &retired)
-                .map_err(|e| DataError::io(&self.final_dir, e))?;
+            std::fs::rename(&self.final_dir, &retired).map_err(|e| DataError::io(&self.final_dir, e))?;
         }
-        std::fs::rename(&self.partial_dir, &self.final_dir)
-            .map_err(|e| DataError::io(&self.final_dir, e))?;
+        std::fs::rename(&self.partial_dir, &self.final_dir).map_err(|e| DataError::io(&self.final_dir, e))?;
         self.finished = true;
         if replacing {
             std::fs::remove_dir_all(&retired).map_err(|e| DataError::io(&retired, e))?;

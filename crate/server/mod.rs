@@ -19,22 +19,24 @@ fn always(name: HeaderName, value: &'static str) -> SetResponseHeaderLayer<Heade
 /// ServeDir answers Range (206), ETag/Last-Modified revalidation (304) and refuses paths
 /// that leave the root. The headers make the page cross-origin isolated, which it needs
 /// to measure its own memory, while still letting other origins read the chunks.
-pub fn router(root: PathBuf) -> Router {
+///
+/// `web` (the JS front end) is mounted at `/web/` when given.
+pub fn router(root: PathBuf, web: Option<PathBuf>) -> Router {
     let cors = CorsLayer::new()
         .allow_origin(Any)
         .allow_methods([Method::GET, Method::HEAD])
-        .allow_headers([
-            header::RANGE,
-            header::IF_NONE_MATCH,
-            header::IF_MODIFIED_SINCE,
-        ])
+        .allow_headers([header::RANGE, header::IF_NONE_MATCH, header::IF_MODIFIED_SINCE])
         .expose_headers([
             header::CONTENT_LENGTH,
             header::CONTENT_RANGE,
             header::ETAG,
             header::ACCEPT_RANGES,
         ]);
-    Router::new()
+    let mut router = Router::new();
+    if let Some(web) = web {
+        router = router.nest_service("/web", ServeDir::new(web));
+    }
+    router
         .fallback_service(ServeDir::new(root))
         .layer(always(
             HeaderName::from_static("cross-origin-opener-policy"),
@@ -53,13 +55,13 @@ pub fn router(root: PathBuf) -> Router {
         .layer(cors)
 }
 
-/// Serves `root` on an already-bound listener until `shutdown` completes.
+/// Serves `router` on an already-bound listener until `shutdown` completes.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    root: PathBuf,
+    router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(root))
+    axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
 }
@@ -69,6 +71,6 @@ pub async fn serve(
 pub async fn spawn_local(root: PathBuf, addr: SocketAddr) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    tokio::spawn(serve(listener, root, std::future::pending()));
+    tokio::spawn(serve(listener, router(root, None), std::future::pending()));
     Ok(bound)
 }

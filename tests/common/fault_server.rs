@@ -120,8 +120,7 @@ async fn read_request_path(stream: &mut TcpStream) -> Option<String> {
 }
 
 fn head(status: &str, length: usize) -> Vec<u8> {
-    format!("HTTP/1.1 {status}\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n")
-        .into_bytes()
+    format!("HTTP/1.1 {status}\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n").into_bytes()
 }
 
 async fn answer(mut stream: TcpStream, state: Arc<Mutex<State>>) {
@@ -149,11 +148,7 @@ async fn answer(mut stream: TcpStream, state: Arc<Mutex<State>>) {
                 .await
         }
         Some(Fault::NotFound) => stream.write_all(&head("404 Not Found", 0)).await,
-        Some(Fault::ServerError) => {
-            stream
-                .write_all(&head("500 Internal Server Error", 0))
-                .await
-        }
+        Some(Fault::ServerError) => stream.write_all(&head("500 Internal Server Error", 0)).await,
         Some(Fault::Truncate) => {
             stream
                 .write_all(&[head("200 OK", body.len()), body[..body.len() / 2].to_vec()].concat())

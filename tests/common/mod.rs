@@ -20,21 +20,9 @@ pub struct TestDataset {
 pub fn synthetic_dataset(train_samples: usize, chunk_samples: usize, codec: Codec) -> TestDataset {
     let root = tempfile::tempdir().expect("temp dir");
     let dir = root.path().join("synthetic");
-    let manifest = generate_synthetic(
-        train_samples,
-        11,
-        &dir,
-        WriterOptions {
-            chunk_samples,
-            codec,
-        },
-    )
-    .expect("generate dataset");
-    TestDataset {
-        root,
-        dir,
-        manifest,
-    }
+    let manifest = generate_synthetic(train_samples, 11, &dir, WriterOptions { chunk_samples, codec })
+        .expect("generate dataset");
+    TestDataset { root, dir, manifest }
 }
 
 pub fn read_file(dir: &Path, name: &str) -> Vec<u8> {

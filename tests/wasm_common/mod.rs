@@ -32,9 +32,8 @@ use headroom::data::scan::scan_epoch;
 use headroom::data::{DataError, DataSource, FetchCause, RetryPolicy, Split, StreamOptions};
 
 fn server_url() -> &'static str {
-    option_env!("HEADROOM_TEST_DATA_URL").expect(
-        "HEADROOM_TEST_DATA_URL must name a running `headroom serve`; tests/run-all sets it",
-    )
+    option_env!("HEADROOM_TEST_DATA_URL")
+        .expect("HEADROOM_TEST_DATA_URL must name a running `headroom serve`; tests/run-all sets it")
 }
 
 /// Options the native side used to compute `HEADROOM_TEST_ORDER_DIGEST`.
@@ -64,8 +63,7 @@ pub async fn an_epoch_arrives_verified_within_its_bound_and_in_the_same_order_as
         figures.memory
     );
     assert_eq!(figures.memory.bytes_held, 0);
-    let native =
-        option_env!("HEADROOM_TEST_ORDER_DIGEST").expect("tests/run-all computes it natively");
+    let native = option_env!("HEADROOM_TEST_ORDER_DIGEST").expect("tests/run-all computes it natively");
     assert_eq!(
         figures.order_digest, native,
         "wasm32 and native must shuffle alike"
@@ -76,8 +74,7 @@ pub async fn a_corrupt_chunk_is_reported_by_name_and_never_delivered() {
     let source = DataSource::open(&format!("{}/synthetic-corrupt", server_url()), options())
         .await
         .unwrap();
-    let corrupt =
-        option_env!("HEADROOM_TEST_CORRUPT_CHUNK").expect("tests/run-all corrupts one chunk");
+    let corrupt = option_env!("HEADROOM_TEST_CORRUPT_CHUNK").expect("tests/run-all corrupts one chunk");
     let mut stream = source.epoch(Split::Train, 0).unwrap();
     loop {
         match stream.next_chunk().await {
