@@ -239,6 +239,10 @@ fn the_cli_generates_synthetic_data_and_refuses_bad_values() {
         ),
         (500, 100, 5)
     );
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("index.json")).unwrap()).unwrap();
+    assert_eq!(index["datasets"][0]["path"], "synthetic");
+    assert_eq!(index["datasets"][0]["train"], 500);
 
     for (args, expected) in [
         (
@@ -263,7 +267,7 @@ fn the_cli_generates_synthetic_data_and_refuses_bad_values() {
     }
     assert_eq!(
         entries(out.path()),
-        vec!["synthetic"],
+        vec!["index.json", "synthetic"],
         "failed runs leave nothing behind"
     );
 }
