@@ -4,7 +4,10 @@
 //! native differ (spawning, sleeping, fetching bytes).
 
 pub mod data;
+pub mod memory;
+pub mod model;
 pub mod platform;
+pub mod train;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cli;

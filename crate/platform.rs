@@ -53,6 +53,21 @@ pub async fn with_timeout<F: Future>(limit: Duration, work: F) -> Option<F::Outp
     }
 }
 
+/// Resident memory of this process natively; the wasm linear memory in the browser.
+pub fn host_memory_bytes() -> Option<u64> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        memory_stats::memory_stats().map(|stats| stats.physical_mem as u64)
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        use wasm_bindgen::JsCast;
+        let memory: js_sys::WebAssembly::Memory = wasm_bindgen::memory().dyn_into().ok()?;
+        let buffer: js_sys::ArrayBuffer = memory.buffer().dyn_into().ok()?;
+        Some(u64::from(buffer.byte_length()))
+    }
+}
+
 /// Joins a dataset location (URL or path, with or without a trailing `manifest.json`) and
 /// a file name inside it.
 pub fn join_location(base: &str, file: &str) -> String {

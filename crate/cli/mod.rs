@@ -4,6 +4,7 @@ mod bench;
 mod prepare;
 mod serve;
 mod stream;
+mod train;
 pub mod units;
 
 use std::process::ExitCode;
@@ -29,6 +30,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Stream a dataset as training would, verify every chunk, and report figures.
     Stream(stream::StreamArgs),
+    /// Train a model on a dataset streamed from a URL or folder.
+    Train(train::TrainArgs),
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -48,6 +51,7 @@ pub fn main() -> ExitCode {
             Command::Prepare(args) => prepare::run(args),
             Command::Serve(args) => serve::run(args).await,
             Command::Stream(args) => stream::run(args).await,
+            Command::Train(args) => train::run(args).await,
             Command::Bench(command) => bench::run(command).await,
         }
     });

@@ -1,0 +1,5 @@
+//! Memory: what a run holds (tracker); later, what it will hold (planner) and the cap.
+
+pub mod tracker;
+
+pub use tracker::{MemorySample, MemoryTracker};

@@ -1,0 +1,76 @@
+use burn::prelude::Device;
+use serde::Serialize;
+
+use crate::data::MemoryGauge;
+use crate::platform;
+
+/// Memory at one moment, from every source a run can read. `None` where the backend or
+/// platform does not report a figure (ndarray has no device pool).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct MemorySample {
+    /// Bytes of live device allocations.
+    pub gpu_bytes_in_use: Option<u64>,
+    /// Bytes the device allocator holds, live or cached: what counts against a cap.
+    pub gpu_bytes_reserved: Option<u64>,
+    pub gpu_allocations: Option<u64>,
+    /// Bytes the data pipeline holds (chunks fetched, decoded, in use).
+    pub data_bytes_held: u64,
+    /// Resident memory of the process natively; the wasm linear memory in the browser.
+    pub host_bytes: Option<u64>,
+}
+
+fn max_option(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl MemorySample {
+    /// Field-wise maximum: the peak of two samples.
+    pub fn max(self, other: MemorySample) -> MemorySample {
+        MemorySample {
+            gpu_bytes_in_use: max_option(self.gpu_bytes_in_use, other.gpu_bytes_in_use),
+            gpu_bytes_reserved: max_option(self.gpu_bytes_reserved, other.gpu_bytes_reserved),
+            gpu_allocations: max_option(self.gpu_allocations, other.gpu_allocations),
+            data_bytes_held: self.data_bytes_held.max(other.data_bytes_held),
+            host_bytes: max_option(self.host_bytes, other.host_bytes),
+        }
+    }
+}
+
+/// Samples memory at the points of a step where it peaks (after each backward pass and
+/// after the optimizer update) and keeps the step's peak.
+pub struct MemoryTracker {
+    device: Device,
+    data: MemoryGauge,
+    step_peak: MemorySample,
+}
+
+impl MemoryTracker {
+    pub fn new(device: Device, data: MemoryGauge) -> Self {
+        MemoryTracker {
+            device,
+            data,
+            step_peak: MemorySample::default(),
+        }
+    }
+
+    pub fn sample(&mut self) -> MemorySample {
+        let pool = self.device.memory_pool_usage();
+        let now = MemorySample {
+            gpu_bytes_in_use: pool.as_ref().map(|p| p.bytes_in_use),
+            gpu_bytes_reserved: pool.as_ref().map(|p| p.bytes_reserved),
+            gpu_allocations: pool.as_ref().map(|p| p.number_allocs),
+            data_bytes_held: self.data.bytes_held() as u64,
+            host_bytes: platform::host_memory_bytes(),
+        };
+        self.step_peak = self.step_peak.max(now);
+        now
+    }
+
+    /// The peak since the last call.
+    pub fn take_step_peak(&mut self) -> MemorySample {
+        std::mem::take(&mut self.step_peak)
+    }
+}

@@ -1,0 +1,60 @@
+use burn::nn::conv::{Conv2d, Conv2dConfig};
+use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
+use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
+use burn::prelude::*;
+
+use super::{InputShape, glorot};
+
+#[derive(Module, Debug)]
+pub struct ConvBlock {
+    conv: Conv2d,
+    pool: MaxPool2d,
+    activation: Relu,
+}
+
+impl ConvBlock {
+    fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+        self.pool.forward(self.activation.forward(self.conv.forward(x)))
+    }
+}
+
+#[derive(Module, Debug)]
+pub struct Cnn {
+    blocks: Vec<ConvBlock>,
+    head: Linear,
+}
+
+impl Cnn {
+    pub fn new(input: &InputShape, channels: &[usize], device: &Device) -> Self {
+        let mut in_channels = 1;
+        let (mut height, mut width) = (input.height, input.width);
+        let mut blocks = Vec::new();
+        for &out_channels in channels {
+            let conv = Conv2dConfig::new([in_channels, out_channels], [3, 3])
+                .with_padding(PaddingConfig2d::Same)
+                .with_initializer(glorot())
+                .init(device);
+            let pool = MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init();
+            blocks.push(ConvBlock {
+                conv: super::zero_bias_conv(conv),
+                pool,
+                activation: Relu::new(),
+            });
+            in_channels = out_channels;
+            height /= 2;
+            width /= 2;
+        }
+        let features = in_channels * height * width;
+        let head = super::zero_bias_linear(
+            LinearConfig::new(features, input.classes)
+                .with_initializer(glorot())
+                .init(device),
+        );
+        Cnn { blocks, head }
+    }
+
+    pub fn forward(&self, images: Tensor<4>) -> Tensor<2> {
+        let x = self.blocks.iter().fold(images, |x, block| block.forward(x));
+        self.head.forward(x.flatten(1, 3))
+    }
+}

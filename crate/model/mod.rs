@@ -1,0 +1,118 @@
+//! The networks Headroom trains, built from a serializable config. The trainer only sees
+//! `Model`: images in, logits out.
+
+mod cnn;
+mod mlp;
+
+use burn::prelude::*;
+use serde::{Deserialize, Serialize};
+
+pub use cnn::Cnn;
+pub use mlp::Mlp;
+
+/// What the model sees of the data: one channel of `height x width` pixels, `classes` outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputShape {
+    pub height: usize,
+    pub width: usize,
+    pub classes: usize,
+}
+
+impl InputShape {
+    pub fn pixels(&self) -> usize {
+        self.height * self.width
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum ModelConfig {
+    /// Fully connected layers of the given widths, ReLU between them.
+    Mlp { hidden: Vec<usize> },
+    /// conv3x3 (same padding) + ReLU + maxpool2 per entry of `channels`, then a linear head.
+    Cnn { channels: Vec<usize> },
+}
+
+impl ModelConfig {
+    pub fn mlp_default() -> Self {
+        ModelConfig::Mlp {
+            hidden: vec![512, 256],
+        }
+    }
+
+    pub fn cnn_default() -> Self {
+        ModelConfig::Cnn {
+            channels: vec![16, 32],
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            ModelConfig::Mlp { .. } => "mlp",
+            ModelConfig::Cnn { .. } => "cnn",
+        }
+    }
+
+    pub fn validate(&self, input: &InputShape) -> Result<(), String> {
+        match self {
+            ModelConfig::Mlp { hidden } if hidden.contains(&0) => {
+                Err("MLP hidden widths must be at least 1".into())
+            }
+            ModelConfig::Cnn { channels } if channels.is_empty() || channels.contains(&0) => {
+                Err("CNN needs at least one block, each with at least 1 channel".into())
+            }
+            ModelConfig::Cnn { channels } => {
+                let shrink = 1usize << channels.len();
+                if input.height < shrink || input.width < shrink {
+                    Err(format!(
+                        "{} pooling blocks shrink {}x{} images below one pixel",
+                        channels.len(),
+                        input.height,
+                        input.width
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+            ModelConfig::Mlp { .. } => Ok(()),
+        }
+    }
+
+    pub fn init(&self, input: &InputShape, device: &Device) -> Model {
+        match self {
+            ModelConfig::Mlp { hidden } => Model::Mlp(Mlp::new(input, hidden, device)),
+            ModelConfig::Cnn { channels } => Model::Cnn(Cnn::new(input, channels, device)),
+        }
+    }
+}
+
+#[derive(Module, Debug)]
+pub enum Model {
+    Mlp(Mlp),
+    Cnn(Cnn),
+}
+
+impl Model {
+    /// `images`: [batch, 1, height, width] scaled to [0, 1]; returns [batch, classes] logits.
+    pub fn forward(&self, images: Tensor<4>) -> Tensor<2> {
+        match self {
+            Model::Mlp(model) => model.forward(images),
+            Model::Cnn(model) => model.forward(images),
+        }
+    }
+}
+
+/// Glorot-uniform kernels and zero biases, the common baseline other frameworks use too.
+fn glorot() -> burn::nn::Initializer {
+    burn::nn::Initializer::XavierUniform { gain: 1.0 }
+}
+
+fn zero_bias_linear(mut layer: burn::nn::Linear) -> burn::nn::Linear {
+    layer.bias = layer.bias.map(|bias| bias.map(|b| b.zeros_like().require_grad()));
+    layer
+}
+
+fn zero_bias_conv(mut layer: burn::nn::conv::Conv2d) -> burn::nn::conv::Conv2d {
+    layer.bias = layer.bias.map(|bias| bias.map(|b| b.zeros_like().require_grad()));
+    layer
+}

@@ -1,0 +1,148 @@
+use serde::{Deserialize, Serialize};
+
+use crate::data::StreamOptions;
+use crate::model::{InputShape, ModelConfig};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    Adam,
+    AdamW,
+    Sgd,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OptimizerConfig {
+    pub kind: OptimizerKind,
+    pub learning_rate: f64,
+    /// SGD momentum; ignored by Adam(W).
+    pub momentum: f64,
+    pub weight_decay: f64,
+    /// Adam(W)'s epsilon.
+    pub epsilon: f32,
+    pub warmup_steps: u64,
+    /// The learning rate at the end of the run, as a fraction of `learning_rate`.
+    pub final_lr_fraction: f64,
+    /// Clip the gradients' global L2 norm to this value.
+    pub clip_norm: Option<f32>,
+}
+
+impl Default for OptimizerConfig {
+    fn default() -> Self {
+        OptimizerConfig {
+            kind: OptimizerKind::Adam,
+            learning_rate: 1e-3,
+            momentum: 0.9,
+            weight_decay: 0.0,
+            epsilon: 1e-8,
+            warmup_steps: 0,
+            final_lr_fraction: 0.05,
+            clip_norm: None,
+        }
+    }
+}
+
+/// How long to train: whole epochs, or a number of optimizer steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Duration {
+    Epochs(u64),
+    Steps(u64),
+}
+
+/// One run's settings; the same struct drives the CLI and the page.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TrainConfig {
+    pub model: ModelConfig,
+    pub optimizer: OptimizerConfig,
+    /// Samples per optimizer step.
+    pub effective_batch: usize,
+    /// Samples per forward/backward pass; `effective_batch / micro_batch` passes are
+    /// accumulated into one step.
+    pub micro_batch: usize,
+    pub duration: Duration,
+    /// Evaluate on the test split every this many steps (0: at the end of each epoch).
+    pub eval_every: u64,
+    pub seed: u64,
+    pub stream: StreamOptions,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            model: ModelConfig::mlp_default(),
+            optimizer: OptimizerConfig::default(),
+            effective_batch: 256,
+            micro_batch: 256,
+            duration: Duration::Epochs(1),
+            eval_every: 0,
+            seed: 0,
+            stream: StreamOptions::default(),
+        }
+    }
+}
+
+impl TrainConfig {
+    /// Micro-batches accumulated per optimizer step.
+    pub fn accumulation_steps(&self) -> usize {
+        self.effective_batch.div_ceil(self.micro_batch.max(1))
+    }
+
+    pub fn steps_per_epoch(&self, train_samples: usize) -> u64 {
+        train_samples.div_ceil(self.effective_batch.max(1)) as u64
+    }
+
+    pub fn total_steps(&self, train_samples: usize) -> u64 {
+        match self.duration {
+            Duration::Epochs(epochs) => epochs * self.steps_per_epoch(train_samples),
+            Duration::Steps(steps) => steps,
+        }
+    }
+
+    pub fn validate(&self, input: &InputShape) -> Result<(), String> {
+        self.model.validate(input)?;
+        if self.effective_batch == 0 {
+            return Err("effective batch must be at least 1".into());
+        }
+        if self.micro_batch == 0 || self.micro_batch > self.effective_batch {
+            return Err(format!(
+                "micro-batch {} must be between 1 and the effective batch {}",
+                self.micro_batch, self.effective_batch
+            ));
+        }
+        if self.effective_batch % self.micro_batch != 0 {
+            return Err(format!(
+                "effective batch {} is not a multiple of micro-batch {}: accumulation would change the math",
+                self.effective_batch, self.micro_batch
+            ));
+        }
+        match self.duration {
+            Duration::Epochs(0) | Duration::Steps(0) => {
+                return Err("train for at least 1 epoch or step".into());
+            }
+            _ => {}
+        }
+        let o = &self.optimizer;
+        if !(o.learning_rate > 0.0 && o.learning_rate.is_finite()) {
+            return Err(format!("learning rate {} must be positive", o.learning_rate));
+        }
+        if !(0.0..1.0).contains(&o.momentum) {
+            return Err(format!("momentum {} must be in [0, 1)", o.momentum));
+        }
+        if o.weight_decay < 0.0 {
+            return Err(format!("weight decay {} must not be negative", o.weight_decay));
+        }
+        if !(0.0..=1.0).contains(&o.final_lr_fraction) {
+            return Err(format!(
+                "final_lr_fraction {} must be in [0, 1]",
+                o.final_lr_fraction
+            ));
+        }
+        if o.clip_norm.is_some_and(|c| !(c > 0.0)) {
+            return Err("gradient clipping norm must be positive".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,18 @@
+//! One training engine for the CLI and the page: micro-batches with explicit gradient
+//! accumulation, optimizers, learning-rate schedule, evaluation, memory samples.
+
+pub mod backend;
+pub mod config;
+pub mod error;
+pub mod events;
+pub mod optimizer;
+pub mod schedule;
+pub mod step;
+pub mod tensors;
+pub mod trainer;
+
+pub use backend::BackendKind;
+pub use config::{Duration, OptimizerConfig, OptimizerKind, TrainConfig};
+pub use error::TrainError;
+pub use events::TrainEvent;
+pub use trainer::Trainer;
