@@ -9,7 +9,7 @@ use burn::prelude::*;
 use headroom::data::{Batch, Codec, DataSource, Split, StreamOptions};
 use headroom::model::{InputShape, ModelConfig};
 use headroom::train::BackendKind;
-use headroom::train::step::accumulate_gradients;
+use headroom::train::step::{StepGradients, accumulate_gradients};
 
 /// Every parameter's gradient, flattened, in the module's order.
 struct CollectGrads<'a> {
@@ -68,14 +68,23 @@ async fn accumulation_matches_one_pass(backend: BackendKind, model: ModelConfig)
     let model = model.init(&input, &device);
     let whole = accumulate_gradients(&model, &batch, 256, &input, &device, None);
     let accumulated = accumulate_gradients(&model, &batch, 64, &input, &device, None);
+    assert_same_gradients(backend, &model, whole, accumulated);
+}
+
+fn assert_same_gradients(
+    backend: BackendKind,
+    model: &headroom::model::Model,
+    whole: StepGradients,
+    accumulated: StepGradients,
+) {
     let whole_loss: f32 = whole.loss.into_scalar();
     let accumulated_loss: f32 = accumulated.loss.into_scalar();
     assert!(
         (whole_loss - accumulated_loss).abs() <= 1e-5 * whole_loss.abs(),
         "{whole_loss} vs {accumulated_loss}"
     );
-    let whole = collect(&model, &whole.grads);
-    let accumulated = collect(&model, &accumulated.grads);
+    let whole = collect(model, &whole.grads);
+    let accumulated = collect(model, &accumulated.grads);
     assert_eq!(whole.len(), accumulated.len());
     for (i, (a, b)) in accumulated.iter().zip(&whole).enumerate() {
         let difference = relative_difference(a, b);
@@ -108,4 +117,32 @@ async fn four_micro_batches_of_64_give_the_gradients_of_one_batch_of_256_on_wgpu
     )
     .await;
     accumulation_matches_one_pass(BackendKind::Wgpu, ModelConfig::Cnn { channels: vec![4, 8] }).await;
+}
+
+#[tokio::test]
+async fn checkpointing_recomputes_activations_without_changing_the_gradients() {
+    let (batch, input) = one_batch(128).await;
+    for config in [
+        ModelConfig::Mlp { hidden: vec![64] },
+        ModelConfig::Cnn { channels: vec![4, 8] },
+    ] {
+        let plain = BackendKind::Ndarray.device().autodiff();
+        let checkpointed = BackendKind::Ndarray.device().autodiff().gradient_checkpointing();
+        let model = config.init(&input, &plain);
+        // The same weights on a device that checkpoints.
+        let model_checkpointed = config
+            .init(&input, &checkpointed)
+            .load_record(model.clone().into_record());
+        let reference = accumulate_gradients(&model, &batch, 64, &input, &plain, None);
+        let recomputed = accumulate_gradients(&model_checkpointed, &batch, 64, &input, &checkpointed, None);
+        let reference = collect(&model, &reference.grads);
+        let recomputed = collect(&model_checkpointed, &recomputed.grads);
+        for (i, (a, b)) in recomputed.iter().zip(&reference).enumerate() {
+            let difference = relative_difference(a, b);
+            assert!(
+                difference <= 1e-6,
+                "{config:?} parameter {i}: relative difference {difference:e}"
+            );
+        }
+    }
 }

@@ -52,6 +52,9 @@ pub struct TrainArgs {
     clip_norm: Option<f32>,
     #[arg(long, value_enum, default_value = "wgpu")]
     backend: BackendKind,
+    /// Recompute activations during backward instead of keeping them.
+    #[arg(long)]
+    checkpointing: bool,
     #[arg(long, conflicts_with = "steps")]
     epochs: Option<u64>,
     #[arg(long)]
@@ -112,6 +115,7 @@ impl TrainArgs {
             effective_batch: self.effective_batch,
             micro_batch: self.micro_batch.unwrap_or(self.effective_batch),
             duration,
+            checkpointing: self.checkpointing,
             eval_every: self.eval_every,
             seed: self.seed,
             stream: StreamOptions {
@@ -171,16 +175,23 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
             match event {
                 TrainEvent::Started(started) => {
                     bar.set_length(started.total_steps);
-                    bar.println(format!(
-                        "{} with {} parameters on {}: {} steps of {} samples ({} x {})",
-                        started.model,
-                        started.parameters,
-                        started.backend,
-                        started.total_steps,
-                        started.effective_batch,
-                        started.accumulation_steps,
-                        started.micro_batch
-                    ));
+                    bar.suspend(|| {
+                        println!(
+                            "{} with {} parameters on {}: {} steps of {} samples ({} x {}){}",
+                            started.model,
+                            started.parameters,
+                            started.backend,
+                            started.total_steps,
+                            started.effective_batch,
+                            started.accumulation_steps,
+                            started.micro_batch,
+                            if started.checkpointing {
+                                ", activation checkpointing"
+                            } else {
+                                ""
+                            }
+                        )
+                    });
                 }
                 TrainEvent::Step(step) => {
                     bar.set_position(step.step);
@@ -193,12 +204,14 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
                 }
                 TrainEvent::Eval(eval) => {
                     last_eval = format!(" | test acc {:.2}%", 100.0 * eval.accuracy);
-                    bar.println(format!(
-                        "step {}: test loss {:.4}, accuracy {:.2}%",
-                        eval.step,
-                        eval.loss,
-                        100.0 * eval.accuracy
-                    ));
+                    bar.suspend(|| {
+                        println!(
+                            "step {}: test loss {:.4}, accuracy {:.2}%",
+                            eval.step,
+                            eval.loss,
+                            100.0 * eval.accuracy
+                        )
+                    });
                 }
                 TrainEvent::Finished(_) => bar.finish_and_clear(),
             }

@@ -63,6 +63,9 @@ pub struct TrainConfig {
     /// accumulated into one step.
     pub micro_batch: usize,
     pub duration: Duration,
+    /// Recompute memory-bound activations during backward instead of keeping them
+    /// (burn's balanced gradient checkpointing): less memory, more compute, same gradients.
+    pub checkpointing: bool,
     /// Evaluate on the test split every this many steps (0: at the end of each epoch).
     pub eval_every: u64,
     pub seed: u64,
@@ -77,6 +80,7 @@ impl Default for TrainConfig {
             effective_batch: 256,
             micro_batch: 256,
             duration: Duration::Epochs(1),
+            checkpointing: false,
             eval_every: 0,
             seed: 0,
             stream: StreamOptions::default(),

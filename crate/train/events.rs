@@ -15,6 +15,7 @@ pub struct RunStarted {
     pub effective_batch: usize,
     pub micro_batch: usize,
     pub accumulation_steps: usize,
+    pub checkpointing: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]

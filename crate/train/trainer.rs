@@ -71,7 +71,13 @@ impl Trainer {
             total_steps: config.total_steps(train_samples),
             final_fraction: config.optimizer.final_lr_fraction,
         };
-        let train_device = device.clone().autodiff();
+        let train_device = if config.checkpointing {
+            device.clone().autodiff().gradient_checkpointing()
+        } else {
+            device.clone().autodiff()
+        };
+        // Seeded so the same config starts from the same weights.
+        train_device.seed(config.seed);
         let model = config.model.init(&input, &train_device);
         Ok(Trainer {
             optimizer: optimizer::build(&config.optimizer),
@@ -194,6 +200,7 @@ impl Trainer {
             effective_batch: self.config.effective_batch,
             micro_batch: self.config.micro_batch,
             accumulation_steps: self.config.accumulation_steps(),
+            checkpointing: self.config.checkpointing,
         }));
         let has_test = source.manifest().count(Split::Test) > 0;
         let mut last_loss = f32::NAN;
@@ -217,13 +224,13 @@ impl Trainer {
                     last_eval = Some(eval);
                 }
             }
-            self.epoch += 1;
             let evaluated_now = last_eval.as_ref().is_some_and(|e| e.step == self.step);
             if has_test && self.config.eval_every == 0 && !evaluated_now {
                 let eval = self.evaluate(source, Split::Test).await?;
                 on_event(&TrainEvent::Eval(eval.clone()));
                 last_eval = Some(eval);
             }
+            self.epoch += 1;
         }
         if has_test && !last_eval.as_ref().is_some_and(|e| e.step == self.step) {
             let eval = self.evaluate(source, Split::Test).await?;
