@@ -1,9 +1,10 @@
 //! `headroom prepare`: IDX import, generated data, and bad input that leaves nothing behind.
 #![cfg(not(target_arch = "wasm32"))]
 
+mod common;
+
 use std::io::Write;
 use std::path::Path;
-use std::process::Command;
 
 use headroom::data::import::{DEFAULT_IDX_SOURCE, Provenance, import_idx, provenance};
 use headroom::data::writer::WriterOptions;
@@ -207,18 +208,11 @@ fn the_real_fashion_mnist_imports_with_its_published_counts_and_checksums() {
     );
 }
 
-fn headroom(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn the_cli_generates_synthetic_data_and_refuses_bad_values() {
     let out = tempfile::tempdir().unwrap();
     let root = out.path().to_str().unwrap();
-    let done = headroom(&[
+    let done = common::headroom(&[
         "prepare",
         "--synthetic",
         "500",
@@ -260,7 +254,7 @@ fn the_cli_generates_synthetic_data_and_refuses_bad_values() {
         ),
     ] {
         let args: Vec<&str> = args.into_iter().chain(["--out-root", root]).collect();
-        let failed = headroom(&args);
+        let failed = common::headroom(&args);
         let stderr = String::from_utf8_lossy(&failed.stderr);
         assert!(!failed.status.success(), "{args:?} succeeded");
         assert!(stderr.contains(expected), "{args:?}: {stderr}");

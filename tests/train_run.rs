@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use headroom::data::{Codec, DataSource};
 use headroom::model::ModelConfig;
 use headroom::train::{
@@ -94,20 +92,13 @@ async fn the_cnn_trains_on_wgpu_and_reports_device_memory() {
     assert!(peak.host_bytes.unwrap() > 0);
 }
 
-fn headroom(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn the_cli_trains_writes_metrics_and_saves_the_model() {
     let dataset = common::synthetic_dataset(1000, 500, Codec::Lz4);
     let out = tempfile::tempdir().unwrap();
     let metrics = out.path().join("metrics.jsonl");
     let saved = out.path().join("model");
-    let run = headroom(&[
+    let run = common::headroom(&[
         "train",
         "--data",
         dataset.dir.to_str().unwrap(),
@@ -165,7 +156,7 @@ fn the_cli_refuses_bad_settings_with_a_reason() {
             .into_iter()
             .chain(extra)
             .collect();
-        let run = headroom(&args);
+        let run = common::headroom(&args);
         let stderr = String::from_utf8_lossy(&run.stderr);
         assert!(!run.status.success(), "{args:?} succeeded");
         assert!(stderr.contains(expected), "{args:?}: {stderr}");

@@ -111,8 +111,4 @@ impl Chunk {
         let start = self.samples + i * self.sample_bytes;
         (self.raw[i], &self.raw[start..start + self.sample_bytes])
     }
-
-    pub fn labels_in_order(&self) -> impl Iterator<Item = u8> + '_ {
-        self.order.iter().map(|&i| self.raw[i as usize])
-    }
 }

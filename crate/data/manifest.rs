@@ -115,14 +115,6 @@ impl Manifest {
         self.counts.get(&split).copied().unwrap_or(0)
     }
 
-    pub fn largest_footprint_bytes(&self) -> usize {
-        self.chunks
-            .iter()
-            .map(ChunkEntry::footprint_bytes)
-            .max()
-            .unwrap_or(0)
-    }
-
     pub fn parse(text: &str) -> Result<Self, String> {
         let manifest: Manifest = serde_json::from_str(text).map_err(|e| e.to_string())?;
         manifest.validate()?;

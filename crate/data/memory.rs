@@ -40,10 +40,6 @@ impl MemoryGauge {
     pub fn peak_bytes_held(&self) -> usize {
         self.inner.peak.load(Ordering::SeqCst)
     }
-
-    pub fn reset_peak(&self) {
-        self.inner.peak.store(self.bytes_held(), Ordering::SeqCst);
-    }
 }
 
 /// Bytes counted by a gauge until this guard drops, so the figure cannot drift from the

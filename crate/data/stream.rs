@@ -306,8 +306,4 @@ impl EpochStream {
             }
         }
     }
-
-    pub fn chunks_remaining(&self) -> usize {
-        self.remaining
-    }
 }

@@ -1,5 +1,6 @@
 //! Which burn backend a run uses. Only device creation differs per target.
 
+#[cfg(not(target_arch = "wasm32"))]
 use burn::prelude::Device;
 use serde::{Deserialize, Serialize};
 

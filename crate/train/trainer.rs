@@ -102,10 +102,6 @@ impl Trainer {
             .expect("the model is only taken during a step")
     }
 
-    pub fn steps_done(&self) -> u64 {
-        self.step
-    }
-
     /// One optimizer step over `batch` (at most one effective batch).
     pub async fn train_step(&mut self, batch: &Batch) -> Result<StepRecord, TrainError> {
         let started = Instant::now();

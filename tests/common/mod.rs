@@ -28,3 +28,11 @@ pub fn synthetic_dataset(train_samples: usize, chunk_samples: usize, codec: Code
 pub fn read_file(dir: &Path, name: &str) -> Vec<u8> {
     std::fs::read(dir.join(name)).expect("dataset file")
 }
+
+/// Runs the `headroom` binary this test build produced.
+pub fn headroom(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .output()
+        .expect("run headroom")
+}
