@@ -37,7 +37,7 @@ pub struct TrainArgs {
     #[arg(long)]
     micro_batch: Option<usize>,
     #[arg(long, value_enum, default_value = "adam")]
-    optimizer: OptimizerArg,
+    optimizer: OptimizerKind,
     #[arg(long, default_value_t = 1e-3)]
     lr: f64,
     /// SGD momentum.
@@ -75,13 +75,6 @@ pub struct TrainArgs {
     save: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum OptimizerArg {
-    Adam,
-    Adamw,
-    Sgd,
-}
-
 impl TrainArgs {
     fn config(&self) -> TrainConfig {
         let model = match self.model {
@@ -92,11 +85,6 @@ impl TrainArgs {
                 channels: self.channels.clone(),
             },
         };
-        let kind = match self.optimizer {
-            OptimizerArg::Adam => OptimizerKind::Adam,
-            OptimizerArg::Adamw => OptimizerKind::AdamW,
-            OptimizerArg::Sgd => OptimizerKind::Sgd,
-        };
         let duration = match (self.steps, self.epochs) {
             (Some(steps), _) => Duration::Steps(steps),
             (None, epochs) => Duration::Epochs(epochs.unwrap_or(1)),
@@ -104,7 +92,7 @@ impl TrainArgs {
         TrainConfig {
             model,
             optimizer: OptimizerConfig {
-                kind,
+                kind: self.optimizer,
                 learning_rate: self.lr,
                 momentum: self.momentum,
                 weight_decay: self.weight_decay,

@@ -4,9 +4,11 @@ use crate::data::StreamOptions;
 use crate::model::{InputShape, ModelConfig};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {
     Adam,
+    #[cfg_attr(not(target_arch = "wasm32"), value(name = "adamw"))]
     AdamW,
     Sgd,
 }

@@ -178,6 +178,24 @@ impl Trainer {
         })
     }
 
+    /// Evaluates on the test split and reports it, unless the split is empty or this step
+    /// was already evaluated.
+    async fn evaluate_once(
+        &self,
+        source: &DataSource,
+        last_eval: &mut Option<EvalRecord>,
+        on_event: &mut impl FnMut(&TrainEvent),
+    ) -> Result<(), TrainError> {
+        let evaluated = last_eval.as_ref().is_some_and(|e| e.step == self.step);
+        if evaluated || source.manifest().count(Split::Test) == 0 {
+            return Ok(());
+        }
+        let eval = self.evaluate(source, Split::Test).await?;
+        on_event(&TrainEvent::Eval(eval.clone()));
+        *last_eval = Some(eval);
+        Ok(())
+    }
+
     /// Trains for the configured duration, evaluating on the test split as configured.
     pub async fn run(
         &mut self,
@@ -198,9 +216,9 @@ impl Trainer {
             accumulation_steps: self.config.accumulation_steps(),
             checkpointing: self.config.checkpointing,
         }));
-        let has_test = source.manifest().count(Split::Test) > 0;
         let mut last_loss = f32::NAN;
         let mut last_eval: Option<EvalRecord> = None;
+        let every = self.config.eval_every;
         while self.step < total_steps {
             let mut reader = BatchReader::new(
                 source.epoch(Split::Train, self.epoch)?,
@@ -213,26 +231,16 @@ impl Trainer {
                 let record = self.train_step(&batch).await?;
                 last_loss = record.loss;
                 on_event(&TrainEvent::Step(record));
-                let every = self.config.eval_every;
-                if has_test && every > 0 && self.step % every == 0 {
-                    let eval = self.evaluate(source, Split::Test).await?;
-                    on_event(&TrainEvent::Eval(eval.clone()));
-                    last_eval = Some(eval);
+                if every > 0 && self.step % every == 0 {
+                    self.evaluate_once(source, &mut last_eval, &mut on_event).await?;
                 }
             }
-            let evaluated_now = last_eval.as_ref().is_some_and(|e| e.step == self.step);
-            if has_test && self.config.eval_every == 0 && !evaluated_now {
-                let eval = self.evaluate(source, Split::Test).await?;
-                on_event(&TrainEvent::Eval(eval.clone()));
-                last_eval = Some(eval);
+            if every == 0 {
+                self.evaluate_once(source, &mut last_eval, &mut on_event).await?;
             }
             self.epoch += 1;
         }
-        if has_test && !last_eval.as_ref().is_some_and(|e| e.step == self.step) {
-            let eval = self.evaluate(source, Split::Test).await?;
-            on_event(&TrainEvent::Eval(eval.clone()));
-            last_eval = Some(eval);
-        }
+        self.evaluate_once(source, &mut last_eval, &mut on_event).await?;
         let seconds = started.elapsed().as_secs_f64();
         let summary = RunSummary {
             steps: self.step,
