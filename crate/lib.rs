@@ -8,6 +8,7 @@ pub mod memory;
 pub mod model;
 pub mod platform;
 pub mod train;
+pub mod units;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cli;

@@ -8,8 +8,8 @@ use burn::optim::GradientsParams;
 use burn::prelude::*;
 use headroom::data::{Batch, Codec, DataSource, Split, StreamOptions};
 use headroom::model::{InputShape, ModelConfig};
-use headroom::train::BackendKind;
 use headroom::train::step::{StepGradients, accumulate_gradients};
+use headroom::train::{BackendKind, Precision};
 
 /// Every parameter's gradient, flattened, in the module's order.
 struct CollectGrads<'a> {
@@ -66,8 +66,8 @@ async fn accumulation_matches_one_pass(backend: BackendKind, model: ModelConfig)
     let (batch, input) = one_batch(256).await;
     let device = backend.device().autodiff();
     let model = model.init(&input, &device);
-    let whole = accumulate_gradients(&model, &batch, 256, &input, &device, None);
-    let accumulated = accumulate_gradients(&model, &batch, 64, &input, &device, None);
+    let whole = accumulate_gradients(&model, &batch, 256, Precision::F32, 1.0, &input, &device, None);
+    let accumulated = accumulate_gradients(&model, &batch, 64, Precision::F32, 1.0, &input, &device, None);
     assert_same_gradients(backend, &model, whole, accumulated);
 }
 
@@ -133,8 +133,17 @@ async fn checkpointing_recomputes_activations_without_changing_the_gradients() {
         let model_checkpointed = config
             .init(&input, &checkpointed)
             .load_record(model.clone().into_record());
-        let reference = accumulate_gradients(&model, &batch, 64, &input, &plain, None);
-        let recomputed = accumulate_gradients(&model_checkpointed, &batch, 64, &input, &checkpointed, None);
+        let reference = accumulate_gradients(&model, &batch, 64, Precision::F32, 1.0, &input, &plain, None);
+        let recomputed = accumulate_gradients(
+            &model_checkpointed,
+            &batch,
+            64,
+            Precision::F32,
+            1.0,
+            &input,
+            &checkpointed,
+            None,
+        );
         let reference = collect(&model, &reference.grads);
         let recomputed = collect(&model_checkpointed, &recomputed.grads);
         for (i, (a, b)) in recomputed.iter().zip(&reference).enumerate() {

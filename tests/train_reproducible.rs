@@ -39,7 +39,7 @@ async fn the_same_seed_trains_alike_with_or_without_checkpointing() {
             ..Default::default()
         },
         effective_batch: 64,
-        micro_batch: 32,
+        micro_batch: Some(32),
         duration: Duration::Steps(6),
         seed: 17,
         ..Default::default()

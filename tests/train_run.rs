@@ -19,7 +19,7 @@ fn config(model: ModelConfig, optimizer: OptimizerKind, steps: u64) -> TrainConf
             ..Default::default()
         },
         effective_batch: 64,
-        micro_batch: 32,
+        micro_batch: Some(32),
         duration: Duration::Steps(steps),
         eval_every: 10,
         ..Default::default()

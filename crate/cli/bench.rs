@@ -3,19 +3,23 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 use web_time::Instant;
 
-use super::units::{format_bytes, mb_per_sec};
 use crate::data::import::{self, DEFAULT_IDX_SOURCE};
 use crate::data::manifest::Manifest;
 use crate::data::scan::{EpochFigures, scan_epoch};
 use crate::data::writer::WriterOptions;
 use crate::data::{Codec, DataSource, Split, StreamOptions};
 use crate::server;
+use crate::units::{format_bytes, mb_per_sec};
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
     /// Codec ratio and decode speed, HTTP stream throughput, and pipeline memory against
     /// its bound, for Fashion-MNIST and for a synthetic set several times larger.
     Data(DataBenchArgs),
+    /// samples/s and peak memory of each memory lever, as ratios to plain f32.
+    Train(super::bench_train::TrainBenchArgs),
+    /// The planner's predicted peak against the measured one over many configurations.
+    Plan(super::bench_train::PlanBenchArgs),
 }
 
 #[derive(Args)]
@@ -32,6 +36,8 @@ pub struct DataBenchArgs {
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Data(args) => bench_data(args).await,
+        BenchCommand::Train(args) => super::bench_train::bench_train(args),
+        BenchCommand::Plan(args) => super::bench_train::bench_plan(args),
     }
 }
 

@@ -1,11 +1,13 @@
 //! The `headroom` command line.
 
 mod bench;
+mod bench_train;
+mod model_args;
+mod plan;
 mod prepare;
 mod serve;
 mod stream;
 mod train;
-pub mod units;
 
 use std::process::ExitCode;
 
@@ -32,6 +34,8 @@ enum Command {
     Stream(stream::StreamArgs),
     /// Train a model on a dataset streamed from a URL or folder.
     Train(train::TrainArgs),
+    /// Predict the peak memory of training settings and pick the one that fits a cap.
+    Plan(plan::PlanArgs),
     /// Benchmarks that print figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -52,6 +56,7 @@ pub fn main() -> ExitCode {
             Command::Serve(args) => serve::run(args).await,
             Command::Stream(args) => stream::run(args).await,
             Command::Train(args) => train::run(args).await,
+            Command::Plan(args) => plan::run(args).await,
             Command::Bench(command) => bench::run(command).await,
         }
     });

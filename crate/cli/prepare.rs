@@ -70,8 +70,8 @@ pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
         manifest.chunks.len(),
         manifest.count(crate::data::Split::Train),
         manifest.count(crate::data::Split::Test),
-        super::units::format_bytes(compressed),
-        super::units::format_bytes(raw),
+        crate::units::format_bytes(compressed),
+        crate::units::format_bytes(raw),
         100.0 * compressed as f64 / raw.max(1) as f64,
         args.codec.name(),
     );

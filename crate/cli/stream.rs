@@ -1,9 +1,9 @@
 use clap::Args;
 use clap::builder::TypedValueParser;
 
-use super::units::{format_bytes, mb_per_sec};
 use crate::data::scan::scan_epoch;
 use crate::data::{DataSource, Split, StreamOptions};
+use crate::units::{format_bytes, mb_per_sec};
 
 #[derive(Args)]
 pub struct StreamArgs {

@@ -6,36 +6,26 @@ use burn::module::Module;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::units::format_bytes;
+use super::model_args::ModelArgs;
 use crate::data::{DataSource, StreamOptions};
-use crate::model::ModelConfig;
-use crate::train::{BackendKind, Duration, OptimizerConfig, OptimizerKind, TrainConfig, TrainEvent, Trainer};
-
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum ModelKind {
-    Mlp,
-    Cnn,
-}
+use crate::train::{
+    BackendKind, Duration, OptimizerConfig, OptimizerKind, Precision, TrainConfig, TrainEvent, Trainer,
+};
+use crate::units::{format_bytes, parse_bytes};
 
 #[derive(Args)]
 pub struct TrainArgs {
     /// Dataset URL or folder (the one holding manifest.json).
     #[arg(long)]
     data: String,
-    #[arg(long, value_enum, default_value = "mlp")]
-    model: ModelKind,
-    /// MLP hidden widths, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "512,256")]
-    hidden: Vec<usize>,
-    /// CNN channels per conv block, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "16,32")]
-    channels: Vec<usize>,
-    /// Samples per optimizer step.
-    #[arg(long, default_value_t = 256)]
-    effective_batch: usize,
-    /// Samples per forward/backward pass (default: the effective batch, no accumulation).
-    #[arg(long)]
-    micro_batch: Option<usize>,
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Hard cap on device memory plus data pipeline, like 256MiB or 1GB.
+    #[arg(long, value_parser = parse_bytes)]
+    cap: Option<u64>,
+    /// f16 stores parameters and activations in half precision (f32 master weights).
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: Precision,
     #[arg(long, value_enum, default_value = "adam")]
     optimizer: OptimizerKind,
     #[arg(long, default_value_t = 1e-3)]
@@ -62,6 +52,9 @@ pub struct TrainArgs {
     /// Evaluate on the test split every N steps (default: after each epoch).
     #[arg(long, default_value_t = 0)]
     eval_every: u64,
+    /// Skip evaluation on the test split.
+    #[arg(long)]
+    no_eval: bool,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Chunks fetched ahead of the one in use.
@@ -77,14 +70,7 @@ pub struct TrainArgs {
 
 impl TrainArgs {
     fn config(&self) -> TrainConfig {
-        let model = match self.model {
-            ModelKind::Mlp => ModelConfig::Mlp {
-                hidden: self.hidden.clone(),
-            },
-            ModelKind::Cnn => ModelConfig::Cnn {
-                channels: self.channels.clone(),
-            },
-        };
+        let model = self.model.model_config();
         let duration = match (self.steps, self.epochs) {
             (Some(steps), _) => Duration::Steps(steps),
             (None, epochs) => Duration::Epochs(epochs.unwrap_or(1)),
@@ -100,11 +86,14 @@ impl TrainArgs {
                 clip_norm: self.clip_norm,
                 ..OptimizerConfig::default()
             },
-            effective_batch: self.effective_batch,
-            micro_batch: self.micro_batch.unwrap_or(self.effective_batch),
+            effective_batch: self.model.effective_batch,
+            micro_batch: self.model.micro_batch.fixed(),
             duration,
             checkpointing: self.checkpointing,
+            precision: self.precision,
+            cap: self.cap,
             eval_every: self.eval_every,
+            evaluate: !self.no_eval,
             seed: self.seed,
             stream: StreamOptions {
                 prefetch: self.prefetch,
@@ -164,8 +153,14 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
                 TrainEvent::Started(started) => {
                     bar.set_length(started.total_steps);
                     bar.suspend(|| {
+                        if let Some(note) = &started.precision_note {
+                            println!("note: {note}");
+                        }
+                        let cap = started.cap.map_or(String::new(), |cap| {
+                            format!(", cap {}", format_bytes(cap as usize))
+                        });
                         println!(
-                            "{} with {} parameters on {}: {} steps of {} samples ({} x {}){}",
+                            "{} with {} parameters on {}: {} steps of {} samples ({} x {}), {}{}{}, predicted peak {}",
                             started.model,
                             started.parameters,
                             started.backend,
@@ -173,20 +168,35 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
                             started.effective_batch,
                             started.accumulation_steps,
                             started.micro_batch,
-                            if started.checkpointing {
-                                ", activation checkpointing"
-                            } else {
-                                ""
-                            }
+                            started.precision,
+                            if started.checkpointing { ", activation checkpointing" } else { "" },
+                            cap,
+                            format_bytes(started.predicted_peak as usize),
                         )
                     });
                 }
+                TrainEvent::Enforced(change) => bar.suspend(|| {
+                    let source = if change.predicted { "predicted" } else { "measured" };
+                    println!(
+                        "cap: {} {source} against a cap of {} after step {}: micro-batch {} -> {} ({} accumulated)",
+                        format_bytes(change.peak_bytes as usize),
+                        format_bytes(change.cap as usize),
+                        change.step,
+                        change.from_micro_batch,
+                        change.to_micro_batch,
+                        change.accumulation_steps
+                    )
+                }),
                 TrainEvent::Step(step) => {
                     bar.set_position(step.step);
+                    let cap = config.cap.map_or(String::new(), |cap| {
+                        format!(" of cap {}", format_bytes(cap as usize))
+                    });
                     bar.set_message(format!(
-                        "loss {:.4}{last_eval} | {:.0} samples/s | {}",
+                        "loss {:.4}{last_eval} | {:.0} samples/s | micro {} | {}{cap}",
                         step.loss,
                         step.samples_per_sec,
+                        step.micro_batch,
                         memory_text(&step.memory)
                     ));
                 }
@@ -224,6 +234,20 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
         );
     }
     println!("peak memory: {}", memory_text(&summary.peak_memory));
+    if summary.skipped_steps > 0 {
+        println!(
+            "{} steps skipped on f16 gradient overflow (loss scaling)",
+            summary.skipped_steps
+        );
+    }
+    if let Some(cap) = config.cap {
+        println!(
+            "cap {}: {} micro-batch change(s), ending at micro-batch {}",
+            format_bytes(cap as usize),
+            summary.enforcements.len(),
+            summary.micro_batch
+        );
+    }
     if let Some(dir) = &args.save {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&config)?)?;

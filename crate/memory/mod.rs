@@ -1,5 +1,12 @@
-//! Memory: what a run holds (tracker); later, what it will hold (planner) and the cap.
+//! Memory: what a run holds (tracker), what it will hold (planner, pool) and the cap
+//! (enforcer).
 
+pub mod enforcer;
+pub mod planner;
+pub mod pool;
 pub mod tracker;
 
+pub use enforcer::{Enforcement, Enforcer, Verdict};
+pub use planner::{Breakdown, Candidate, Plan, PlanRequest, plan};
+pub use pool::PoolModel;
 pub use tracker::{MemorySample, MemoryTracker};

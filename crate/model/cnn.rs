@@ -58,3 +58,29 @@ impl Cnn {
         self.head.forward(x.flatten(1, 3))
     }
 }
+
+pub(super) fn census(input: &InputShape, channels: &[usize]) -> super::TensorCensus {
+    let mut census = super::TensorCensus::default();
+    let (mut height, mut width, mut in_channels) = (input.height, input.width, 1);
+    census.saved_activations.push(height * width);
+    for &out in channels {
+        census.parameters.extend([in_channels * out * 9, out]);
+        let conv_out = out * height * width;
+        height /= 2;
+        width /= 2;
+        let pooled = out * height * width;
+        // conv output, ReLU output, pooled output and the pool's argmax indices.
+        census
+            .saved_activations
+            .extend([conv_out, conv_out, pooled, pooled]);
+        census.kept_when_checkpointing.push(conv_out);
+        in_channels = out;
+    }
+    let features = in_channels * height * width;
+    census
+        .parameters
+        .extend([features * input.classes, input.classes]);
+    census.saved_activations.push(input.classes);
+    census.kept_when_checkpointing.push(input.classes);
+    census
+}

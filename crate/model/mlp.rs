@@ -42,3 +42,20 @@ impl Mlp {
         x
     }
 }
+
+pub(super) fn census(input: &InputShape, hidden: &[usize]) -> super::TensorCensus {
+    let mut census = super::TensorCensus::default();
+    let mut width = input.pixels();
+    census.saved_activations.push(width);
+    for &next in hidden {
+        census.parameters.extend([width * next, next]);
+        // The linear output feeds ReLU, whose output feeds the next linear.
+        census.saved_activations.extend([next, next]);
+        census.kept_when_checkpointing.push(next);
+        width = next;
+    }
+    census.parameters.extend([width * input.classes, input.classes]);
+    census.saved_activations.push(input.classes);
+    census.kept_when_checkpointing.push(input.classes);
+    census
+}

@@ -116,3 +116,24 @@ fn zero_bias_conv(mut layer: burn::nn::conv::Conv2d) -> burn::nn::conv::Conv2d {
     layer.bias = layer.bias.map(|bias| bias.map(|b| b.zeros_like().require_grad()));
     layer
 }
+
+/// The tensors a model holds and saves, counted in elements, for the memory planner.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TensorCensus {
+    /// Elements of each parameter tensor.
+    pub parameters: Vec<usize>,
+    /// Elements per sample of each activation the backward pass needs, in forward order.
+    pub saved_activations: Vec<usize>,
+    /// Of those, the outputs of compute-bound ops (matmul, conv): what gradient
+    /// checkpointing keeps; the rest it recomputes.
+    pub kept_when_checkpointing: Vec<usize>,
+}
+
+impl ModelConfig {
+    pub fn census(&self, input: &InputShape) -> TensorCensus {
+        match self {
+            ModelConfig::Mlp { hidden } => mlp::census(input, hidden),
+            ModelConfig::Cnn { channels } => cnn::census(input, channels),
+        }
+    }
+}

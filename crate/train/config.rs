@@ -13,6 +13,47 @@ pub enum OptimizerKind {
     Sgd,
 }
 
+/// How parameters and activations are stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    #[default]
+    F32,
+    /// Half-precision parameters and activations; f32 master weights, optimizer state and
+    /// loss, with dynamic loss scaling.
+    F16,
+}
+
+impl Precision {
+    pub fn bytes(self) -> usize {
+        match self {
+            Precision::F32 => 4,
+            Precision::F16 => 2,
+        }
+    }
+
+    pub fn dtype(self) -> burn::tensor::FloatDType {
+        match self {
+            Precision::F32 => burn::tensor::FloatDType::F32,
+            Precision::F16 => burn::tensor::FloatDType::F16,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+        }
+    }
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct OptimizerConfig {
@@ -62,14 +103,21 @@ pub struct TrainConfig {
     /// Samples per optimizer step.
     pub effective_batch: usize,
     /// Samples per forward/backward pass; `effective_batch / micro_batch` passes are
-    /// accumulated into one step.
-    pub micro_batch: usize,
+    /// accumulated into one step. `None`: the planner picks the largest that fits the cap
+    /// (the effective batch without a cap).
+    pub micro_batch: Option<usize>,
     pub duration: Duration,
     /// Recompute memory-bound activations during backward instead of keeping them
     /// (burn's balanced gradient checkpointing): less memory, more compute, same gradients.
     pub checkpointing: bool,
+    pub precision: Precision,
+    /// Hard cap on the bytes the run holds (device reservation plus data pipeline);
+    /// the enforcer halves the micro-batch when a step would pass it.
+    pub cap: Option<u64>,
     /// Evaluate on the test split every this many steps (0: at the end of each epoch).
     pub eval_every: u64,
+    /// Whether to evaluate at all (benchmarks measure training alone).
+    pub evaluate: bool,
     pub seed: u64,
     pub stream: StreamOptions,
 }
@@ -80,10 +128,13 @@ impl Default for TrainConfig {
             model: ModelConfig::mlp_default(),
             optimizer: OptimizerConfig::default(),
             effective_batch: 256,
-            micro_batch: 256,
+            micro_batch: None,
             duration: Duration::Epochs(1),
             checkpointing: false,
+            precision: Precision::F32,
+            cap: None,
             eval_every: 0,
+            evaluate: true,
             seed: 0,
             stream: StreamOptions::default(),
         }
@@ -91,11 +142,6 @@ impl Default for TrainConfig {
 }
 
 impl TrainConfig {
-    /// Micro-batches accumulated per optimizer step.
-    pub fn accumulation_steps(&self) -> usize {
-        self.effective_batch.div_ceil(self.micro_batch.max(1))
-    }
-
     pub fn steps_per_epoch(&self, train_samples: usize) -> u64 {
         train_samples.div_ceil(self.effective_batch.max(1)) as u64
     }
@@ -112,17 +158,22 @@ impl TrainConfig {
         if self.effective_batch == 0 {
             return Err("effective batch must be at least 1".into());
         }
-        if self.micro_batch == 0 || self.micro_batch > self.effective_batch {
-            return Err(format!(
-                "micro-batch {} must be between 1 and the effective batch {}",
-                self.micro_batch, self.effective_batch
-            ));
+        if let Some(micro_batch) = self.micro_batch {
+            if micro_batch == 0 || micro_batch > self.effective_batch {
+                return Err(format!(
+                    "micro-batch {micro_batch} must be between 1 and the effective batch {}",
+                    self.effective_batch
+                ));
+            }
+            if self.effective_batch % micro_batch != 0 {
+                return Err(format!(
+                    "effective batch {} is not a multiple of micro-batch {micro_batch}: accumulation would change the math",
+                    self.effective_batch
+                ));
+            }
         }
-        if self.effective_batch % self.micro_batch != 0 {
-            return Err(format!(
-                "effective batch {} is not a multiple of micro-batch {}: accumulation would change the math",
-                self.effective_batch, self.micro_batch
-            ));
+        if self.cap == Some(0) {
+            return Err("the memory cap must be more than zero bytes".into());
         }
         match self.duration {
             Duration::Epochs(0) | Duration::Steps(0) => {

@@ -12,6 +12,19 @@ pub enum TrainError {
         "training diverged at step {step}: the loss is {loss}; lower the learning rate or clip gradients"
     )]
     Diverged { step: u64, loss: f32 },
+    #[error(
+        "a cap of {cap} fits no setting of this run: it needs at least {needed} (micro-batch {micro_batch}); raise the cap{hint}"
+    )]
+    CapTooSmall {
+        cap: String,
+        needed: String,
+        micro_batch: usize,
+        hint: String,
+    },
+    #[error(
+        "step {step} held {peak} at micro-batch 1, over the cap of {cap}; raise the cap, use f16 or checkpointing"
+    )]
+    CapExceeded { step: u64, peak: String, cap: String },
     #[error("reading a result back from the device failed: {0}")]
     Readback(String),
 }

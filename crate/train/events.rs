@@ -2,8 +2,9 @@
 
 use serde::Serialize;
 
+use super::config::Precision;
 use crate::data::Split;
-use crate::memory::MemorySample;
+use crate::memory::{Breakdown, Enforcement, MemorySample};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct RunStarted {
@@ -16,6 +17,14 @@ pub struct RunStarted {
     pub micro_batch: usize,
     pub accumulation_steps: usize,
     pub checkpointing: bool,
+    /// The precision the run uses, which may differ from the one asked for.
+    pub precision: Precision,
+    /// Why the asked-for precision was not used.
+    pub precision_note: Option<String>,
+    pub cap: Option<u64>,
+    /// The planner's peak for the setting the run starts with (device plus data).
+    pub predicted_peak: u64,
+    pub predicted: Breakdown,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -26,8 +35,16 @@ pub struct StepRecord {
     pub loss: f32,
     pub learning_rate: f64,
     pub samples_per_sec: f64,
+    pub micro_batch: usize,
+    /// f16 only: the loss scale this step used.
+    pub loss_scale: Option<f32>,
+    /// f16 only: the gradients overflowed, so the update was skipped.
+    pub skipped: bool,
     /// The step's peak, sampled after each backward pass and after the update.
     pub memory: MemorySample,
+    /// The enforcer shrank the micro-batch after this step (also sent as its own event).
+    #[serde(skip)]
+    pub enforcement: Option<Enforcement>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -38,6 +55,8 @@ pub struct EvalRecord {
     pub samples: usize,
     pub loss: f32,
     pub accuracy: f32,
+    /// The peak while evaluating.
+    pub memory: MemorySample,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -50,6 +69,10 @@ pub struct RunSummary {
     pub eval: Option<EvalRecord>,
     /// The peak over the whole run.
     pub peak_memory: MemorySample,
+    pub skipped_steps: u64,
+    pub enforcements: Vec<Enforcement>,
+    /// The micro-batch at the end of the run.
+    pub micro_batch: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -58,5 +81,7 @@ pub enum TrainEvent {
     Started(RunStarted),
     Step(StepRecord),
     Eval(EvalRecord),
+    /// The enforcer changed the micro-batch.
+    Enforced(Enforcement),
     Finished(RunSummary),
 }

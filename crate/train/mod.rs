@@ -6,13 +6,15 @@ pub mod config;
 pub mod error;
 pub mod events;
 pub mod optimizer;
+pub mod plan;
+pub mod precision;
 pub mod schedule;
 pub mod step;
 pub mod tensors;
 pub mod trainer;
 
 pub use backend::BackendKind;
-pub use config::{Duration, OptimizerConfig, OptimizerKind, TrainConfig};
+pub use config::{Duration, OptimizerConfig, OptimizerKind, Precision, TrainConfig};
 pub use error::TrainError;
 pub use events::TrainEvent;
 pub use trainer::Trainer;

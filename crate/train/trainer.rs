@@ -4,17 +4,22 @@ use burn::optim::ModuleOptimizer;
 use burn::prelude::*;
 use web_time::Instant;
 
-use super::config::TrainConfig;
+use super::config::{Precision, TrainConfig};
 use super::error::TrainError;
 use super::events::{EvalRecord, RunStarted, RunSummary, StepRecord, TrainEvent};
+use super::precision::{self, LossScaler};
 use super::schedule::Schedule;
 use super::step::accumulate_gradients;
-use super::{optimizer, tensors};
+use super::{optimizer, plan, tensors};
 use crate::data::{Batch, BatchReader, DataSource, Manifest, Split};
-use crate::memory::{MemorySample, MemoryTracker};
+use crate::memory::{Breakdown, Enforcement, Enforcer, MemorySample, MemoryTracker, PoolModel, Verdict};
 use crate::model::{InputShape, Model};
+use crate::units::format_bytes;
 
-const EVAL_BATCH: usize = 1000;
+/// Steps a loss scale of 1 may still overflow in a row before the run counts as diverged.
+const MAX_SKIPPED_IN_A_ROW: u32 = 30;
+/// Clean f16 steps before the loss scale doubles.
+const SCALE_GROWTH_INTERVAL: u32 = 200;
 
 fn readback(error: impl std::fmt::Display) -> TrainError {
     TrainError::Readback(error.to_string())
@@ -34,6 +39,22 @@ pub fn input_shape(manifest: &Manifest) -> Result<InputShape, TrainError> {
     }
 }
 
+/// The precision a device can run: f16 only where it stores and computes half floats.
+pub fn effective_precision(asked: Precision, device: &Device, backend: &str) -> (Precision, Option<String>) {
+    if asked == Precision::F16 && !device.supports_dtype(Precision::F16.dtype()) {
+        let note = format!("the {backend} device does not support f16 (shader-f16); training in f32");
+        return (Precision::F32, Some(note));
+    }
+    (asked, None)
+}
+
+/// Device reservation plus data pipeline: what the cap counts. `None` without a device pool.
+fn capped_bytes(memory: &MemorySample) -> Option<u64> {
+    memory
+        .gpu_bytes_reserved
+        .map(|reserved| reserved + memory.data_bytes_held)
+}
+
 pub struct Trainer {
     config: TrainConfig,
     input: InputShape,
@@ -49,6 +70,16 @@ pub struct Trainer {
     epoch: u64,
     samples_seen: u64,
     run_peak: MemorySample,
+    micro_batch: usize,
+    precision: Precision,
+    precision_note: Option<String>,
+    scaler: Option<LossScaler>,
+    skipped_in_a_row: u32,
+    skipped_steps: u64,
+    enforcer: Option<Enforcer>,
+    enforcements: Vec<Enforcement>,
+    predicted_peak: u64,
+    predicted: Breakdown,
 }
 
 impl Trainer {
@@ -71,6 +102,58 @@ impl Trainer {
             total_steps: config.total_steps(train_samples),
             final_fraction: config.optimizer.final_lr_fraction,
         };
+        let (precision, precision_note) = effective_precision(config.precision, &device, backend);
+        // Training and evaluation streams can both hold chunks at once.
+        let data_bytes = 2 * source.bound_bytes() as u64;
+        let request = plan::request(
+            &config,
+            &input,
+            precision,
+            data_bytes,
+            PoolModel::for_backend(backend),
+        );
+        let plan = crate::memory::plan(&request, config.cap);
+        let Some(chosen) = plan.chosen() else {
+            let smallest = plan
+                .candidates
+                .iter()
+                .min_by_key(|c| c.predicted_peak)
+                .expect("every effective batch has the divisor 1");
+            let needed = plan.smallest_fitting_cap().unwrap_or(smallest.predicted_peak);
+            let hint = match (precision, config.checkpointing) {
+                (Precision::F32, false) => ", or try f16 storage and checkpointing",
+                (Precision::F32, true) => ", or try f16 storage",
+                (Precision::F16, false) => ", or try checkpointing",
+                (Precision::F16, true) => ", or choose a smaller model",
+            };
+            return Err(TrainError::CapTooSmall {
+                cap: format_bytes(config.cap.unwrap_or(0) as usize),
+                needed: format_bytes(needed as usize),
+                micro_batch: smallest.micro_batch,
+                hint: hint.into(),
+            });
+        };
+        let asked_micro_batch = config.micro_batch.unwrap_or(config.effective_batch);
+        let mut enforcements = Vec::new();
+        if let (Some(cap), Some(_)) = (config.cap, config.micro_batch)
+            && chosen.micro_batch < asked_micro_batch
+        {
+            enforcements.push(Enforcement {
+                step: 0,
+                from_micro_batch: asked_micro_batch,
+                to_micro_batch: chosen.micro_batch,
+                accumulation_steps: chosen.accumulation_steps,
+                peak_bytes: plan
+                    .candidates
+                    .iter()
+                    .find(|c| c.micro_batch == asked_micro_batch)
+                    .map_or(0, |c| c.predicted_peak),
+                cap,
+                predicted: true,
+            });
+        }
+        let (micro_batch, predicted_peak, predicted) =
+            (chosen.micro_batch, chosen.predicted_peak, chosen.breakdown);
         let train_device = if config.checkpointing {
             device.clone().autodiff().gradient_checkpointing()
         } else {
@@ -80,6 +163,7 @@ impl Trainer {
         train_device.seed(config.seed);
         let model = config.model.init(&input, &train_device);
         Ok(Trainer {
+            enforcer: config.cap.map(|cap| Enforcer { cap }),
             optimizer: optimizer::build(&config.optimizer),
             tracker: MemoryTracker::new(device.clone(), source.gauge().clone()),
             config,
@@ -93,7 +177,61 @@ impl Trainer {
             epoch: 0,
             samples_seen: 0,
             run_peak: MemorySample::default(),
+            micro_batch,
+            precision,
+            precision_note,
+            scaler: (precision == Precision::F16).then(|| LossScaler::new(SCALE_GROWTH_INTERVAL)),
+            skipped_in_a_row: 0,
+            skipped_steps: 0,
+            enforcements,
+            predicted_peak,
+            predicted,
         })
+    }
+
+    /// The micro-batch the next step uses.
+    pub fn micro_batch(&self) -> usize {
+        self.micro_batch
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Changes the enforcer made, including the one before training (step 0).
+    pub fn enforcements(&self) -> &[Enforcement] {
+        &self.enforcements
+    }
+
+    /// Shrinks the micro-batch when the step's peak came too close to the cap.
+    fn enforce(&mut self, memory: &MemorySample) -> Result<Option<Enforcement>, TrainError> {
+        let (Some(enforcer), Some(peak)) = (self.enforcer, capped_bytes(memory)) else {
+            return Ok(None);
+        };
+        match enforcer.check(peak, self.micro_batch, self.config.effective_batch) {
+            Verdict::Within => Ok(None),
+            Verdict::Exhausted => Err(TrainError::CapExceeded {
+                step: self.step,
+                peak: format_bytes(peak as usize),
+                cap: format_bytes(enforcer.cap as usize),
+            }),
+            Verdict::Shrink(smaller) => {
+                // Cached pages of the larger shapes would otherwise stay reserved.
+                self.device.memory_cleanup();
+                let enforcement = Enforcement {
+                    step: self.step,
+                    from_micro_batch: self.micro_batch,
+                    to_micro_batch: smaller,
+                    accumulation_steps: self.config.effective_batch / smaller,
+                    peak_bytes: peak,
+                    cap: enforcer.cap,
+                    predicted: false,
+                };
+                self.micro_batch = smaller;
+                self.enforcements.push(enforcement.clone());
+                Ok(Some(enforcement))
+            }
+        }
     }
 
     pub fn model(&self) -> &Model {
@@ -107,17 +245,41 @@ impl Trainer {
         let started = Instant::now();
         let learning_rate = self.schedule.lr_at(self.step);
         let model = self.model.take().expect("the model is only taken during a step");
+        let loss_scale = self.scaler.as_ref().map(LossScaler::scale);
         let step = accumulate_gradients(
             &model,
             batch,
-            self.config.micro_batch,
+            self.micro_batch,
+            self.precision,
+            loss_scale.unwrap_or(1.0),
             &self.input,
             &self.train_device,
             Some(&mut self.tracker),
         );
-        self.model = Some(self.optimizer.step(learning_rate, model, step.grads));
-        let loss: f32 = step.loss.into_scalar_async().await.map_err(readback)?;
-        if !loss.is_finite() {
+        let (loss, skipped) = match self.scaler.as_mut() {
+            None => {
+                // Queue the update before waiting for the loss: the device works meanwhile.
+                self.model = Some(self.optimizer.step(learning_rate, model, step.grads));
+                (step.loss.into_scalar_async().await.map_err(readback)?, false)
+            }
+            Some(scaler) => {
+                let loss: f32 = step.loss.into_scalar_async().await.map_err(readback)?;
+                let magnitude: f32 = match precision::gradient_magnitude(&model, &step.grads) {
+                    Some(sum) => sum.into_scalar_async().await.map_err(readback)?,
+                    None => 0.0,
+                };
+                let applied = scaler.update(!(loss.is_finite() && magnitude.is_finite()));
+                self.model = Some(if applied {
+                    self.optimizer.step(learning_rate, model, step.grads)
+                } else {
+                    model
+                });
+                (loss, !applied)
+            }
+        };
+        self.skipped_in_a_row = if skipped { self.skipped_in_a_row + 1 } else { 0 };
+        self.skipped_steps += u64::from(skipped);
+        if (!skipped && !loss.is_finite()) || self.skipped_in_a_row > MAX_SKIPPED_IN_A_ROW {
             return Err(TrainError::Diverged {
                 step: self.step,
                 loss,
@@ -126,8 +288,10 @@ impl Trainer {
         self.tracker.sample();
         let memory = self.tracker.take_step_peak();
         self.run_peak = self.run_peak.max(memory);
+        let micro_batch = self.micro_batch;
         self.step += 1;
         self.samples_seen += batch.len() as u64;
+        let enforcement = self.enforce(&memory)?;
         Ok(StepRecord {
             step: self.step,
             epoch: self.epoch,
@@ -135,22 +299,35 @@ impl Trainer {
             loss,
             learning_rate,
             samples_per_sec: batch.len() as f64 / started.elapsed().as_secs_f64().max(1e-9),
+            micro_batch,
+            loss_scale,
+            skipped,
             memory,
+            enforcement,
         })
     }
 
     /// Loss and accuracy over a whole split, without gradients.
-    pub async fn evaluate(&self, source: &DataSource, split: Split) -> Result<EvalRecord, TrainError> {
-        let model = self.model().valid();
+    ///
+    /// Runs in micro-batches, at the training precision: a batch the training step fits
+    /// in fits here too, without its gradients.
+    pub async fn evaluate(&mut self, source: &DataSource, split: Split) -> Result<EvalRecord, TrainError> {
+        let model = match self.precision {
+            Precision::F32 => self.model().valid(),
+            Precision::F16 => precision::half_copy(&self.model().valid()),
+        };
         let loss_fn = CrossEntropyLossConfig::new().init(&self.device);
         let mut reader = BatchReader::new(source.epoch(split, 0)?, source.manifest().sample_bytes());
         let mut loss_sum: Option<Tensor<1>> = None;
         let mut correct: Option<Tensor<1, Int>> = None;
         let mut samples = 0;
-        while let Some(batch) = reader.next_batch(EVAL_BATCH).await? {
+        self.tracker.take_step_peak();
+        while let Some(batch) = reader.next_batch(self.micro_batch).await? {
             let images = tensors::images(&batch.features, &self.input, &self.device);
             let targets = tensors::targets(&batch.labels, &self.device);
-            let logits = model.forward(images);
+            let logits = model
+                .forward(images.cast(self.precision.dtype()))
+                .cast(Precision::F32.dtype());
             let hits = logits
                 .clone()
                 .argmax(1)
@@ -162,12 +339,15 @@ impl Trainer {
             loss_sum = Some(loss_sum.map_or(loss.clone(), |sum| sum + loss));
             correct = Some(correct.map_or(hits.clone(), |sum| sum + hits));
             samples += batch.len();
+            self.tracker.sample();
         }
         let (Some(loss_sum), Some(correct)) = (loss_sum, correct) else {
             return Err(TrainError::Dataset(format!("the {split} split is empty")));
         };
         let loss_sum: f32 = loss_sum.into_scalar_async().await.map_err(readback)?;
         let correct: i64 = correct.into_scalar_async().await.map_err(readback)?;
+        let memory = self.tracker.take_step_peak();
+        self.run_peak = self.run_peak.max(memory);
         Ok(EvalRecord {
             step: self.step,
             epoch: self.epoch,
@@ -175,19 +355,20 @@ impl Trainer {
             samples,
             loss: loss_sum / samples as f32,
             accuracy: correct as f32 / samples as f32,
+            memory,
         })
     }
 
     /// Evaluates on the test split and reports it, unless the split is empty or this step
     /// was already evaluated.
     async fn evaluate_once(
-        &self,
+        &mut self,
         source: &DataSource,
         last_eval: &mut Option<EvalRecord>,
         on_event: &mut impl FnMut(&TrainEvent),
     ) -> Result<(), TrainError> {
         let evaluated = last_eval.as_ref().is_some_and(|e| e.step == self.step);
-        if evaluated || source.manifest().count(Split::Test) == 0 {
+        if evaluated || !self.config.evaluate || source.manifest().count(Split::Test) == 0 {
             return Ok(());
         }
         let eval = self.evaluate(source, Split::Test).await?;
@@ -212,10 +393,18 @@ impl Trainer {
             total_steps,
             steps_per_epoch: self.config.steps_per_epoch(train_samples),
             effective_batch: self.config.effective_batch,
-            micro_batch: self.config.micro_batch,
-            accumulation_steps: self.config.accumulation_steps(),
+            micro_batch: self.micro_batch,
+            accumulation_steps: self.config.effective_batch / self.micro_batch,
             checkpointing: self.config.checkpointing,
+            precision: self.precision,
+            precision_note: self.precision_note.clone(),
+            cap: self.config.cap,
+            predicted_peak: self.predicted_peak,
+            predicted: self.predicted,
         }));
+        for enforcement in &self.enforcements {
+            on_event(&TrainEvent::Enforced(enforcement.clone()));
+        }
         let mut last_loss = f32::NAN;
         let mut last_eval: Option<EvalRecord> = None;
         let every = self.config.eval_every;
@@ -228,9 +417,13 @@ impl Trainer {
                 let Some(batch) = reader.next_batch(self.config.effective_batch).await? else {
                     break;
                 };
-                let record = self.train_step(&batch).await?;
+                let mut record = self.train_step(&batch).await?;
                 last_loss = record.loss;
+                let enforcement = record.enforcement.take();
                 on_event(&TrainEvent::Step(record));
+                if let Some(enforcement) = enforcement {
+                    on_event(&TrainEvent::Enforced(enforcement));
+                }
                 if every > 0 && self.step % every == 0 {
                     self.evaluate_once(source, &mut last_eval, &mut on_event).await?;
                 }
@@ -250,6 +443,9 @@ impl Trainer {
             final_loss: last_loss,
             eval: last_eval,
             peak_memory: self.run_peak,
+            skipped_steps: self.skipped_steps,
+            enforcements: self.enforcements.clone(),
+            micro_batch: self.micro_batch,
         };
         on_event(&TrainEvent::Finished(summary.clone()));
         Ok(summary)

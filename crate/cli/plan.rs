@@ -1,0 +1,156 @@
+use clap::Args;
+
+use super::model_args::ModelArgs;
+use crate::data::{DataSource, StreamOptions};
+use crate::memory::{Plan, PoolModel, plan};
+use crate::train::trainer::{effective_precision, input_shape};
+use crate::train::{BackendKind, OptimizerConfig, OptimizerKind, Precision, TrainConfig, plan as train_plan};
+use crate::units::{format_bytes, parse_bytes};
+
+#[derive(Args)]
+pub struct PlanArgs {
+    /// Dataset URL or folder: its sample shape and chunk sizes enter the plan.
+    #[arg(long)]
+    data: String,
+    #[command(flatten)]
+    model: ModelArgs,
+    #[arg(long, value_parser = parse_bytes)]
+    cap: Option<u64>,
+    /// Only this precision (default: every precision the backend supports).
+    #[arg(long, value_enum)]
+    precision: Option<Precision>,
+    /// Only with (true) or without (false) activation checkpointing (default: both).
+    #[arg(long)]
+    checkpointing: Option<bool>,
+    #[arg(long, value_enum, default_value = "adam")]
+    optimizer: OptimizerKind,
+    #[arg(long, value_enum, default_value = "wgpu")]
+    backend: BackendKind,
+    #[arg(long, default_value_t = 2)]
+    prefetch: usize,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
+    let source = DataSource::open(
+        &args.data,
+        StreamOptions {
+            prefetch: args.prefetch,
+            ..StreamOptions::default()
+        },
+    )
+    .await?;
+    let input = input_shape(source.manifest())?;
+    let config = TrainConfig {
+        model: args.model.model_config(),
+        effective_batch: args.model.effective_batch,
+        micro_batch: args.model.micro_batch.fixed(),
+        optimizer: OptimizerConfig {
+            kind: args.optimizer,
+            ..OptimizerConfig::default()
+        },
+        cap: args.cap,
+        ..TrainConfig::default()
+    };
+    config.validate(&input).map_err(anyhow::Error::msg)?;
+    let precisions = match args.precision {
+        Some(precision) => vec![precision],
+        None => {
+            let device = args.backend.device();
+            match effective_precision(Precision::F16, &device, args.backend.name()) {
+                (Precision::F16, _) => vec![Precision::F32, Precision::F16],
+                (_, note) => {
+                    eprintln!("note: {}", note.unwrap_or_default());
+                    vec![Precision::F32]
+                }
+            }
+        }
+    };
+    let data_bytes = 2 * source.bound_bytes() as u64;
+    let pool = PoolModel::for_backend(args.backend.name());
+    let mut request = train_plan::request(&config, &input, Precision::F32, data_bytes, pool);
+    request.precisions = precisions;
+    request.checkpointing = match args.checkpointing {
+        Some(only) => vec![only],
+        None => vec![false, true],
+    };
+    let plan = plan(&request, args.cap);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+    } else {
+        print_table(&plan);
+    }
+    match (plan.chosen(), args.cap) {
+        (Some(_), _) | (None, None) => Ok(()),
+        (None, Some(cap)) => anyhow::bail!(
+            "no setting fits a cap of {}; the smallest plan needs {}",
+            format_bytes(cap as usize),
+            format_bytes(plan.smallest_fitting_cap().unwrap_or(0) as usize)
+        ),
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1024.0 * 1024.0))
+}
+
+fn print_table(plan: &Plan) {
+    println!(
+        "{:>1} {:>6} {:>5} {:>4} {:>5} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>4}",
+        "",
+        "micro",
+        "accum",
+        "prec",
+        "ckpt",
+        "params",
+        "master",
+        "grads",
+        "optim",
+        "activ",
+        "work",
+        "pages",
+        "data",
+        "peak MiB",
+        "fits"
+    );
+    for (i, c) in plan.candidates.iter().enumerate() {
+        let b = &c.breakdown;
+        println!(
+            "{:>1} {:>6} {:>5} {:>4} {:>5} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>4}",
+            if plan.chosen == Some(i) { "*" } else { "" },
+            c.micro_batch,
+            c.accumulation_steps,
+            c.precision,
+            if c.checkpointing { "yes" } else { "no" },
+            mib(b.parameters),
+            mib(b.master_weights),
+            mib(b.gradients),
+            mib(b.optimizer_state),
+            mib(b.activations),
+            mib(b.workspace),
+            mib(b.allocator_overhead),
+            mib(b.data),
+            mib(c.predicted_peak),
+            if c.fits { "yes" } else { "no" },
+        );
+    }
+    match (plan.chosen(), plan.cap) {
+        (Some(c), Some(cap)) => println!(
+            "* picked: micro-batch {} x {} accumulated, {}{}: {} of the {} cap",
+            c.micro_batch,
+            c.accumulation_steps,
+            c.precision,
+            if c.checkpointing { ", checkpointing" } else { "" },
+            format_bytes(c.predicted_peak as usize),
+            format_bytes(cap as usize)
+        ),
+        (Some(c), None) => println!(
+            "* picked (no cap): micro-batch {}, {} predicted",
+            c.micro_batch,
+            format_bytes(c.predicted_peak as usize)
+        ),
+        (None, _) => {}
+    }
+}

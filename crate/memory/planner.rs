@@ -1,0 +1,332 @@
+//! Predicts a configuration's peak memory before it runs, from the model's tensor shapes
+//! and the way the device allocator rounds them into pages.
+
+use serde::{Deserialize, Serialize};
+
+use super::enforcer::{self, HEADROOM};
+use super::pool::PoolModel;
+use crate::model::{InputShape, ModelConfig};
+use crate::train::{OptimizerKind, Precision};
+
+/// What a plan is made for: everything about a run that moves its memory, except the
+/// settings the planner chooses.
+#[derive(Clone, Debug)]
+pub struct PlanRequest {
+    pub model: ModelConfig,
+    pub input: InputShape,
+    pub effective_batch: usize,
+    pub optimizer: OptimizerKind,
+    /// Whether SGD keeps a momentum buffer.
+    pub momentum: bool,
+    /// The data pipeline's bound: (prefetch + 1) x the largest decoded chunk.
+    pub data_bytes: u64,
+    pub pool: PoolModel,
+    /// Micro-batches to consider; empty means every divisor of the effective batch.
+    pub micro_batches: Vec<usize>,
+    pub precisions: Vec<Precision>,
+    pub checkpointing: Vec<bool>,
+}
+
+/// Where the predicted bytes go.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Breakdown {
+    /// The parameters the forward pass reads (f16 copies under f16).
+    pub parameters: u64,
+    /// f32 master weights kept beside f16 parameters.
+    pub master_weights: u64,
+    /// One micro-batch's gradients, plus the f32 running sum when accumulating or
+    /// converting from f16.
+    pub gradients: u64,
+    pub optimizer_state: u64,
+    /// Activations saved for backward, the input batch and its targets.
+    pub activations: u64,
+    /// Transients of the largest backward op and of the optimizer update.
+    pub workspace: u64,
+    /// Pages the device allocator holds beyond the live tensors.
+    pub allocator_overhead: u64,
+    /// The data pipeline's bound (host memory).
+    pub data: u64,
+}
+
+impl Breakdown {
+    pub fn tensors(&self) -> u64 {
+        self.parameters
+            + self.master_weights
+            + self.gradients
+            + self.optimizer_state
+            + self.activations
+            + self.workspace
+    }
+
+    /// What the device allocator reserves.
+    pub fn device(&self) -> u64 {
+        self.tensors() + self.allocator_overhead
+    }
+
+    /// Everything the run holds: the device's reservation and the data pipeline.
+    pub fn total(&self) -> u64 {
+        self.device() + self.data
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Candidate {
+    pub micro_batch: usize,
+    pub accumulation_steps: usize,
+    pub precision: Precision,
+    pub checkpointing: bool,
+    pub breakdown: Breakdown,
+    /// Predicted peak bytes: device reservation plus data pipeline.
+    pub predicted_peak: u64,
+    pub fits: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    pub cap: Option<u64>,
+    pub candidates: Vec<Candidate>,
+    /// A candidate fits when its predicted peak leaves the enforcer's headroom under the
+    /// cap (10%): the measured peak may differ from the prediction.
+    /// Index into `candidates` of the pick: the largest micro-batch that fits, preferring
+    /// f32 and no checkpointing among equals (less rounding, less recompute).
+    pub chosen: Option<usize>,
+}
+
+impl Plan {
+    pub fn chosen(&self) -> Option<&Candidate> {
+        self.chosen.map(|i| &self.candidates[i])
+    }
+
+    /// The smallest cap any candidate fits under, with the enforcer's headroom.
+    pub fn smallest_fitting_cap(&self) -> Option<u64> {
+        self.candidates
+            .iter()
+            .map(|c| (c.predicted_peak as f64 / HEADROOM).ceil() as u64)
+            .min()
+    }
+}
+
+fn divisors(n: usize) -> Vec<usize> {
+    (1..=n).rev().filter(|d| n % d == 0).collect()
+}
+
+pub fn plan(request: &PlanRequest, cap: Option<u64>) -> Plan {
+    let micro_batches = if request.micro_batches.is_empty() {
+        divisors(request.effective_batch)
+    } else {
+        request.micro_batches.clone()
+    };
+    let mut candidates = Vec::new();
+    for &micro_batch in &micro_batches {
+        for &precision in &request.precisions {
+            for &checkpointing in &request.checkpointing {
+                let breakdown = predict(request, micro_batch, precision, checkpointing);
+                let predicted_peak = breakdown.total();
+                candidates.push(Candidate {
+                    micro_batch,
+                    accumulation_steps: request.effective_batch.div_ceil(micro_batch),
+                    precision,
+                    checkpointing,
+                    breakdown,
+                    predicted_peak,
+                    fits: cap.is_none_or(|cap| predicted_peak <= enforcer::limit(cap)),
+                });
+            }
+        }
+    }
+    let chosen = candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.fits)
+        .max_by_key(|(_, c)| {
+            (
+                c.micro_batch,
+                c.precision == Precision::F32,
+                !c.checkpointing,
+                std::cmp::Reverse(c.predicted_peak),
+            )
+        })
+        .map(|(i, _)| i);
+    Plan {
+        cap,
+        candidates,
+        chosen,
+    }
+}
+
+/// The breakdown of one setting: every live tensor at the step's peak (the last
+/// micro-batch's backward, with the optimizer state and gradient sum alive), then the
+/// allocator's pages around them.
+pub fn predict(
+    request: &PlanRequest,
+    micro_batch: usize,
+    precision: Precision,
+    checkpointing: bool,
+) -> Breakdown {
+    let census = request.model.census(&request.input);
+    let store = precision.bytes() as u64;
+    let micro = micro_batch as u64;
+    let accumulating = request.effective_batch > micro_batch;
+    let mut live: Vec<u64> = Vec::new();
+    let add = |live: &mut Vec<u64>, bytes: u64| {
+        live.push(bytes);
+        bytes
+    };
+
+    let parameters: u64 = census
+        .parameters
+        .iter()
+        .map(|&p| add(&mut live, p as u64 * store))
+        .sum();
+    let master_weights: u64 = match precision {
+        Precision::F32 => 0,
+        Precision::F16 => census
+            .parameters
+            .iter()
+            .map(|&p| add(&mut live, p as u64 * 4))
+            .sum(),
+    };
+    let mut gradients: u64 = census
+        .parameters
+        .iter()
+        .map(|&p| add(&mut live, p as u64 * store))
+        .sum();
+    if accumulating || precision == Precision::F16 {
+        gradients += census
+            .parameters
+            .iter()
+            .map(|&p| add(&mut live, p as u64 * 4))
+            .sum::<u64>();
+    }
+    let state_tensors = match request.optimizer {
+        OptimizerKind::Adam | OptimizerKind::AdamW => 2,
+        OptimizerKind::Sgd => u64::from(request.momentum),
+    };
+    let optimizer_state: u64 = (0..state_tensors)
+        .map(|_| {
+            census
+                .parameters
+                .iter()
+                .map(|&p| add(&mut live, p as u64 * 4))
+                .sum::<u64>()
+        })
+        .sum();
+    let saved = if checkpointing {
+        &census.kept_when_checkpointing
+    } else {
+        &census.saved_activations
+    };
+    let mut activations: u64 = saved
+        .iter()
+        .map(|&a| add(&mut live, micro * a as u64 * store))
+        .sum();
+    // The first saved activation is the input itself; under f16 its f32 source is alive
+    // beside the cast. Targets are i32.
+    if precision == Precision::F16 {
+        activations += add(&mut live, micro * request.input.pixels() as u64 * 4);
+    }
+    activations += add(&mut live, micro * 4);
+    // Transients: backward through the widest layer (its output gradient and half as much
+    // again), and the update's temporaries of the largest parameter. The factors were
+    // fitted against lavapipe over `headroom bench plan`'s configurations.
+    let widest = census.saved_activations.iter().copied().max().unwrap_or(0) as u64;
+    let largest_parameter = census.parameters.iter().copied().max().unwrap_or(0) as u64;
+    let workspace =
+        add(&mut live, 3 * micro * widest * store / 2) + add(&mut live, largest_parameter * 4 / 2);
+
+    let mut breakdown = Breakdown {
+        parameters,
+        master_weights,
+        gradients,
+        optimizer_state,
+        activations,
+        workspace,
+        allocator_overhead: 0,
+        data: request.data_bytes,
+    };
+    // Pages never hold less than the tensors on them.
+    breakdown.allocator_overhead = request.pool.reserved(&live).saturating_sub(breakdown.tensors());
+    breakdown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(pool: PoolModel) -> PlanRequest {
+        PlanRequest {
+            model: ModelConfig::mlp_default(),
+            input: InputShape {
+                height: 28,
+                width: 28,
+                classes: 10,
+            },
+            effective_batch: 256,
+            optimizer: OptimizerKind::Adam,
+            momentum: false,
+            data_bytes: 1 << 20,
+            pool,
+            micro_batches: vec![],
+            precisions: vec![Precision::F32, Precision::F16],
+            checkpointing: vec![false, true],
+        }
+    }
+
+    #[test]
+    fn each_lever_lowers_the_predicted_tensors() {
+        let r = request(PoolModel::Host);
+        let base = predict(&r, 256, Precision::F32, false);
+        assert!(predict(&r, 64, Precision::F32, false).activations < base.activations);
+        assert!(predict(&r, 256, Precision::F32, true).activations < base.activations);
+        let half = predict(&r, 256, Precision::F16, false);
+        assert!(half.activations < base.activations);
+        assert!(half.parameters * 2 == base.parameters && half.master_weights == base.parameters);
+        // Adam keeps two f32 moments per parameter.
+        assert_eq!(base.optimizer_state, 2 * base.parameters);
+    }
+
+    #[test]
+    fn the_pick_is_the_largest_micro_batch_that_fits() {
+        let r = request(PoolModel::Sliced { alignment: 256 });
+        let uncapped = plan(&r, None);
+        let top = uncapped.chosen().unwrap();
+        assert_eq!(
+            (top.micro_batch, top.precision, top.checkpointing),
+            (256, Precision::F32, false)
+        );
+        let cap = (predict(&r, 64, Precision::F32, false).total() as f64 / HEADROOM) as u64 + 1;
+        let capped = plan(&r, Some(cap));
+        let pick = capped.chosen().unwrap();
+        assert!(pick.predicted_peak <= enforcer::limit(cap));
+        assert!(pick.micro_batch >= 64);
+        assert!(
+            capped
+                .candidates
+                .iter()
+                .all(|c| !c.fits || c.micro_batch <= pick.micro_batch),
+            "a larger micro-batch fits"
+        );
+        assert_eq!(pick.accumulation_steps * pick.micro_batch, 256);
+    }
+
+    #[test]
+    fn a_cap_below_every_setting_picks_nothing_and_names_the_smallest() {
+        let r = request(PoolModel::Sliced { alignment: 256 });
+        let capped = plan(&r, Some(1 << 20));
+        assert!(capped.chosen().is_none());
+        let smallest = capped.smallest_fitting_cap().unwrap();
+        assert!(plan(&r, Some(smallest)).chosen().is_some());
+    }
+
+    #[test]
+    fn sliced_pools_round_up_to_pages() {
+        let pool = PoolModel::Sliced { alignment: 256 };
+        const MIB: u64 = 1 << 20;
+        // Metadata alone holds one small page.
+        assert_eq!(pool.reserved(&[1024]), 8 * MIB);
+        // 3 MiB of tensors take two 2 MiB pages.
+        assert_eq!(pool.reserved(&[3 * MIB / 2, 3 * MIB / 2]), 8 * MIB + 4 * MIB);
+        // A 10 MiB tensor grows pages to 11 MiB.
+        assert_eq!(pool.reserved(&[10 * MIB]), 8 * MIB + 11 * MIB);
+    }
+}

@@ -1,0 +1,53 @@
+//! Human-readable byte figures, one format everywhere the CLI prints them.
+
+pub fn format_bytes(bytes: usize) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+pub fn mb_per_sec(bytes: usize, seconds: f64) -> f64 {
+    bytes as f64 / 1e6 / seconds.max(1e-9)
+}
+
+/// A byte count as people write it: `512MiB`, `1.5 GiB`, `300MB`, `4096`. Binary and
+/// decimal units both mean what they say.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let parsed: bytesize::ByteSize = text
+        .trim()
+        .parse()
+        .map_err(|error| format!("{text:?} is not a size like 512MiB or 1.5GB ({error})"))?;
+    if parsed.as_u64() == 0 {
+        return Err(format!("{text:?}: a size must be more than zero bytes"));
+    }
+    Ok(parsed.as_u64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes_parse_in_binary_and_decimal_units() {
+        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5 GiB"), Ok(3 << 29));
+        assert_eq!(parse_bytes("300MB"), Ok(300_000_000));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+    }
+
+    #[test]
+    fn bad_sizes_are_refused() {
+        for bad in ["", "0", "0MiB", "-5MiB", "12 parsecs", "MiB"] {
+            assert!(parse_bytes(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+}

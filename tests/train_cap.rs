@@ -1,0 +1,147 @@
+//! The cap, measured on a real device: each run is its own `headroom train` process, so no
+//! other test's tensors or cached pages share its pool.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use headroom::data::Codec;
+use serde_json::Value;
+
+struct Run {
+    events: Vec<Value>,
+}
+
+impl Run {
+    fn of(&self, kind: &str) -> impl Iterator<Item = &Value> {
+        self.events.iter().filter(move |e| e["event"] == kind)
+    }
+
+    fn finished(&self) -> &Value {
+        self.of("finished").next().expect("a finished event")
+    }
+}
+
+/// Device reservation plus data pipeline: what the cap counts.
+fn held(memory: &Value) -> u64 {
+    memory["gpu_bytes_reserved"]
+        .as_u64()
+        .expect("wgpu reports its pool")
+        + memory["data_bytes_held"].as_u64().unwrap()
+}
+
+fn train(data: &str, cap: Option<u64>) -> Run {
+    let metrics = tempfile::NamedTempFile::new().unwrap();
+    let cap = cap.map(|c| c.to_string());
+    let mut args = vec![
+        "train",
+        "--data",
+        data,
+        "--backend",
+        "wgpu",
+        "--hidden",
+        "512",
+        "--effective-batch",
+        "2048",
+        "--micro-batch",
+        "2048",
+        "--steps",
+        "4",
+        "--no-eval",
+        "--metrics",
+    ];
+    args.push(metrics.path().to_str().unwrap());
+    if let Some(cap) = &cap {
+        args.extend(["--cap", cap]);
+    }
+    let output = common::headroom(&args);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(metrics.path()).unwrap();
+    Run {
+        events: text.lines().map(|l| serde_json::from_str(l).unwrap()).collect(),
+    }
+}
+
+#[test]
+fn under_a_cap_below_the_uncapped_peak_the_run_stays_under_it_with_the_same_batch_and_losses() {
+    // 2048 samples a step: activations dominate, so smaller micro-batches pay.
+    let dataset = common::synthetic_dataset(4096, 1024, Codec::Lz4);
+    let data = dataset.dir.to_str().unwrap();
+    let uncapped = train(data, None);
+    let uncapped_peak = held(&uncapped.finished()["peak_memory"]);
+    let cap = uncapped_peak * 9 / 10;
+    let capped = train(data, Some(cap));
+
+    let changes: Vec<&Value> = capped.of("enforced").collect();
+    assert!(!changes.is_empty(), "the micro-batch never shrank");
+    let last_micro = capped.finished()["micro_batch"].as_u64().unwrap();
+    assert!(last_micro < 2048, "ended at micro-batch {last_micro}");
+    for step in capped.of("step") {
+        assert!(
+            held(&step["memory"]) <= cap,
+            "step {} over the cap {cap}: {}",
+            step["step"],
+            step["memory"]
+        );
+    }
+    assert_eq!(
+        capped.finished()["samples_seen"],
+        uncapped.finished()["samples_seen"]
+    );
+    let losses = |run: &Run| {
+        run.of("step")
+            .map(|s| s["loss"].as_f64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (losses(&uncapped), losses(&capped));
+    assert_eq!(a.len(), b.len());
+    for (step, (a, b)) in a.iter().zip(&b).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-3 * a.abs().max(1.0),
+            "step {step}: loss {a} uncapped, {b} capped"
+        );
+    }
+}
+
+#[test]
+fn plan_marks_the_largest_micro_batch_under_the_cap_and_refuses_an_impossible_cap() {
+    let dataset = common::synthetic_dataset(1024, 512, Codec::Lz4);
+    let data = dataset.dir.to_str().unwrap();
+    let output = common::headroom(&[
+        "plan",
+        "--data",
+        data,
+        "--cap",
+        "40MiB",
+        "--json",
+        "--backend",
+        "ndarray",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let candidates = plan["candidates"].as_array().unwrap();
+    let chosen = &candidates[plan["chosen"].as_u64().expect("a pick") as usize];
+    assert_eq!(chosen["fits"], true);
+    let largest_fitting = candidates
+        .iter()
+        .filter(|c| c["fits"] == true)
+        .map(|c| c["micro_batch"].as_u64().unwrap())
+        .max();
+    assert_eq!(chosen["micro_batch"].as_u64(), largest_fitting);
+
+    let refused = common::headroom(&["plan", "--data", data, "--cap", "1MiB", "--backend", "ndarray"]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("no setting fits a cap of 1.0 MiB"), "{stderr}");
+    for bad in ["0", "12 parsecs", "-3MiB"] {
+        let output = common::headroom(&["plan", "--data", data, "--cap", bad]);
+        assert!(!output.status.success(), "--cap {bad} was accepted");
+    }
+}

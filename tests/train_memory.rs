@@ -1,0 +1,138 @@
+//! The memory levers end to end: f16 with master weights (wgpu on lavapipe supports f16),
+//! its fallback where f16 is missing, and a cap no setting fits.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::prelude::*;
+use burn::tensor::DType;
+use headroom::data::{Codec, DataSource};
+use headroom::model::ModelConfig;
+use headroom::train::events::{RunStarted, RunSummary};
+use headroom::train::{BackendKind, Duration, Precision, TrainConfig, TrainError, TrainEvent, Trainer};
+
+fn config(hidden: Vec<usize>, steps: u64) -> TrainConfig {
+    TrainConfig {
+        model: ModelConfig::Mlp { hidden },
+        effective_batch: 128,
+        duration: Duration::Steps(steps),
+        evaluate: false,
+        ..Default::default()
+    }
+}
+
+struct Run {
+    started: RunStarted,
+    steps: Vec<headroom::train::events::StepRecord>,
+    summary: RunSummary,
+    parameter_dtypes: Vec<DType>,
+}
+
+struct Dtypes(Vec<DType>);
+
+impl ModuleVisitor for Dtypes {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        self.0.push(param.val().dtype());
+    }
+}
+
+async fn train(backend: BackendKind, config: TrainConfig) -> Result<Run, TrainError> {
+    let dataset = common::synthetic_dataset(2048, 512, Codec::Lz4);
+    let source = DataSource::open(dataset.dir.to_str().unwrap(), config.stream.clone())
+        .await
+        .unwrap();
+    let mut trainer = Trainer::new(config, &source, backend.device(), backend.name())?;
+    let mut events = Vec::new();
+    let summary = trainer.run(&source, |event| events.push(event.clone())).await?;
+    let mut dtypes = Dtypes(Vec::new());
+    trainer.model().visit(&mut dtypes);
+    let started = events
+        .iter()
+        .find_map(|e| match e {
+            TrainEvent::Started(s) => Some(s.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let steps = events
+        .iter()
+        .filter_map(|e| match e {
+            TrainEvent::Step(s) => Some(s.clone()),
+            _ => None,
+        })
+        .collect();
+    Ok(Run {
+        started,
+        steps,
+        summary,
+        parameter_dtypes: dtypes.0,
+    })
+}
+
+fn mean(values: impl Iterator<Item = f32>) -> f32 {
+    let values: Vec<f32> = values.collect();
+    values.iter().sum::<f32>() / values.len() as f32
+}
+
+#[tokio::test]
+async fn f16_on_wgpu_learns_with_f32_master_weights() {
+    let run = train(
+        BackendKind::Wgpu,
+        TrainConfig {
+            precision: Precision::F16,
+            ..config(vec![64], 30)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(run.started.precision, Precision::F16, "lavapipe supports f16");
+    assert!(run.started.precision_note.is_none());
+    assert!(run.steps.iter().all(|s| s.loss_scale.is_some()));
+    let first = mean(run.steps[..3].iter().map(|s| s.loss));
+    let last = mean(run.steps[27..].iter().map(|s| s.loss));
+    assert!(last < 0.7 * first, "f16 loss {first} -> {last}");
+    assert!(
+        run.summary.skipped_steps < 5,
+        "{} steps skipped",
+        run.summary.skipped_steps
+    );
+    assert!(
+        run.parameter_dtypes.iter().all(|d| *d == DType::F32),
+        "{:?}",
+        run.parameter_dtypes
+    );
+}
+
+#[tokio::test]
+async fn f16_on_ndarray_says_so_and_trains_in_f32() {
+    let run = train(
+        BackendKind::Ndarray,
+        TrainConfig {
+            precision: Precision::F16,
+            ..config(vec![32], 3)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(run.started.precision, Precision::F32);
+    let note = run.started.precision_note.expect("a note on the fallback");
+    assert!(note.contains("f16") && note.contains("ndarray"), "{note}");
+    assert!(run.steps.iter().all(|s| s.loss_scale.is_none()));
+}
+
+#[tokio::test]
+async fn a_cap_below_every_plan_is_refused_before_training_with_the_cap_that_would_fit() {
+    let error = match train(
+        BackendKind::Wgpu,
+        TrainConfig {
+            cap: Some(1 << 20),
+            ..config(vec![512, 256], 3)
+        },
+    )
+    .await
+    {
+        Err(error) => error.to_string(),
+        Ok(_) => panic!("trained under a 1 MiB cap"),
+    };
+    assert!(error.contains("1.0 MiB") && error.contains("at least"), "{error}");
+}
