@@ -19,14 +19,18 @@ pub struct TrainBenchArgs {
     data: String,
     #[arg(long, default_value = "mlp")]
     model: String,
+    /// MLP hidden widths: wide enough by default that activations, not the allocator's
+    /// smallest pages, set the peak.
+    #[arg(long, default_value = "1024,1024")]
+    hidden: String,
     /// Steps per setting; the first `warmup` are left out of samples/s.
-    #[arg(long, default_value_t = 24)]
+    #[arg(long, default_value_t = 12)]
     steps: u64,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 3)]
     warmup: u64,
     #[arg(long, default_value = "wgpu")]
     backend: String,
-    /// Effective batch (default: 256 for the MLP, 64 for the CNN).
+    /// Effective batch (default: 512 for the MLP, 64 for the CNN).
     #[arg(long)]
     effective_batch: Option<usize>,
 }
@@ -124,11 +128,13 @@ pub fn bench_train(args: TrainBenchArgs) -> anyhow::Result<()> {
     let work = tempfile::tempdir()?;
     let batch = args
         .effective_batch
-        .unwrap_or(if args.model == "cnn" { 64 } else { 256 });
+        .unwrap_or(if args.model == "cnn" { 64 } else { 512 });
     let quarter = (batch / 4).max(1).to_string();
     let base = flags(&[
         "--model",
         &args.model,
+        "--hidden",
+        &args.hidden,
         "--backend",
         &args.backend,
         "--effective-batch",
@@ -145,8 +151,8 @@ pub fn bench_train(args: TrainBenchArgs) -> anyhow::Result<()> {
         ),
     ];
     println!(
-        "{} on {}, effective batch {batch}, {} steps per setting (samples/s: median after {} warm-up steps), each in a fresh process:",
-        args.model, args.backend, args.steps, args.warmup
+        "{} ({}) on {}, effective batch {batch}, {} steps per setting (samples/s: median after {} warm-up steps), each in a fresh process:",
+        args.model, args.hidden, args.backend, args.steps, args.warmup
     );
     println!(
         "{:<16} {:>10} {:>7} {:>12} {:>7} {:>12} {:>7} {:>10} {:>7}",

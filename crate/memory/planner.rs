@@ -220,11 +220,8 @@ pub fn predict(
         .iter()
         .map(|&a| add(&mut live, micro * a as u64 * store))
         .sum();
-    // The first saved activation is the input itself; under f16 its f32 source is alive
-    // beside the cast. Targets are i32.
-    if precision == Precision::F16 {
-        activations += add(&mut live, micro * request.input.pixels() as u64 * 4);
-    }
+    // The first saved activation is the input itself, uploaded in the storage precision.
+    // Targets are i32.
     activations += add(&mut live, micro * 4);
     // Transients: backward through the widest layer (its output gradient and half as much
     // again), and the update's temporaries of the largest parameter. The factors were

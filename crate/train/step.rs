@@ -46,6 +46,7 @@ pub fn accumulate_gradients(
         let images = tensors::images(
             &batch.features[start * batch.sample_bytes..end * batch.sample_bytes],
             input,
+            precision,
             device,
         );
         let targets = tensors::targets(&batch.labels[start..end], device);

@@ -323,11 +323,9 @@ impl Trainer {
         let mut samples = 0;
         self.tracker.take_step_peak();
         while let Some(batch) = reader.next_batch(self.micro_batch).await? {
-            let images = tensors::images(&batch.features, &self.input, &self.device);
+            let images = tensors::images(&batch.features, &self.input, self.precision, &self.device);
             let targets = tensors::targets(&batch.labels, &self.device);
-            let logits = model
-                .forward(images.cast(self.precision.dtype()))
-                .cast(Precision::F32.dtype());
+            let logits = model.forward(images).cast(Precision::F32.dtype());
             let hits = logits
                 .clone()
                 .argmax(1)
