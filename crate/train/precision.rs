@@ -8,22 +8,25 @@ use burn::tensor::FloatDType;
 
 use crate::model::Model;
 
+/// `f` applied outside autodiff, the result a fresh leaf with `t`'s checkpointing: an op
+/// recorded in the graph would not be a leaf, and leaves are what gradients land on.
+fn outside_autodiff<const D: usize>(t: Tensor<D>, f: impl FnOnce(Tensor<D>) -> Tensor<D>) -> Tensor<D> {
+    let strategy = t.gradient_checkpointing_strategy();
+    let result = f(t.inner()).autodiff();
+    match strategy {
+        Some(strategy) => result.with_gradient_checkpointing_strategy(strategy),
+        None => result,
+    }
+    .require_grad()
+}
+
 struct CastToHalf;
 
 impl ModuleMapper for CastToHalf {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
         // A fresh leaf under the master's id, so its gradients land where the optimizer
         // looks for the master's.
-        // Casting outside autodiff: a cast recorded in the graph would not be a leaf.
-        param.map(|t| {
-            let strategy = t.gradient_checkpointing_strategy();
-            let half = t.inner().cast(FloatDType::F16).autodiff();
-            match strategy {
-                Some(strategy) => half.with_gradient_checkpointing_strategy(strategy),
-                None => half,
-            }
-            .require_grad()
-        })
+        param.map(|t| outside_autodiff(t, |t| t.cast(FloatDType::F16)))
     }
 }
 
