@@ -19,18 +19,18 @@ pub struct TrainBenchArgs {
     data: String,
     #[arg(long, default_value = "mlp")]
     model: String,
-    /// MLP hidden widths: wide enough by default that activations, not the allocator's
-    /// smallest pages, set the peak.
-    #[arg(long, default_value = "1024,1024")]
+    /// MLP hidden widths.
+    #[arg(long, default_value = "512")]
     hidden: String,
     /// Steps per setting; the first `warmup` are left out of samples/s.
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 8)]
     steps: u64,
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 2)]
     warmup: u64,
     #[arg(long, default_value = "wgpu")]
     backend: String,
-    /// Effective batch (default: 512 for the MLP, 64 for the CNN).
+    /// Effective batch (default: 2048 for the MLP, so that activations rather than the
+    /// allocator's smallest pages set the peak; 64 for the CNN).
     #[arg(long)]
     effective_batch: Option<usize>,
 }
@@ -128,7 +128,7 @@ pub fn bench_train(args: TrainBenchArgs) -> anyhow::Result<()> {
     let work = tempfile::tempdir()?;
     let batch = args
         .effective_batch
-        .unwrap_or(if args.model == "cnn" { 64 } else { 512 });
+        .unwrap_or(if args.model == "cnn" { 64 } else { 2048 });
     let quarter = (batch / 4).max(1).to_string();
     let base = flags(&[
         "--model",
@@ -198,6 +198,8 @@ pub fn bench_plan(args: PlanBenchArgs) -> anyhow::Result<()> {
         "--model mlp --hidden 2048,2048,2048 --micro-batch 256",
         "--model mlp --hidden 128 --micro-batch 256 --optimizer sgd",
         "--model mlp --hidden 4096 --micro-batch 512 --effective-batch 512",
+        "--model mlp --hidden 512 --micro-batch 2048 --effective-batch 2048",
+        "--model mlp --hidden 512 --micro-batch 256 --effective-batch 2048",
         "--model cnn --effective-batch 64 --micro-batch 64",
         "--model cnn --effective-batch 64 --micro-batch 16",
         "--model cnn --effective-batch 64 --micro-batch 64 --precision f16",

@@ -38,9 +38,15 @@ pub fn smaller_micro_batch(micro_batch: usize, effective_batch: usize) -> Option
     (1..=micro_batch / 2).rev().find(|m| effective_batch % m == 0)
 }
 
+/// A shrink that lowered the next step's peak by less than this share freed nothing worth
+/// having: the peak is parameters, optimizer state or cached pages, not activations.
+const RELIEF: f64 = 0.02;
+
 #[derive(Clone, Copy, Debug)]
 pub struct Enforcer {
     pub cap: u64,
+    /// The peak that caused the last shrink.
+    shrunk_at: Option<u64>,
 }
 
 /// The bytes a step may reach under `cap`.
@@ -49,18 +55,28 @@ pub fn limit(cap: u64) -> u64 {
 }
 
 impl Enforcer {
+    pub fn new(cap: u64) -> Self {
+        Enforcer { cap, shrunk_at: None }
+    }
+
     pub fn limit(&self) -> u64 {
         limit(self.cap)
     }
 
-    pub fn check(&self, peak_bytes: u64, micro_batch: usize, effective_batch: usize) -> Verdict {
+    pub fn check(&mut self, peak_bytes: u64, micro_batch: usize, effective_batch: usize) -> Verdict {
         if peak_bytes <= self.limit() {
             return Verdict::Within;
         }
+        let relieved = self
+            .shrunk_at
+            .is_none_or(|before| (peak_bytes as f64) < before as f64 * (1.0 - RELIEF));
         match smaller_micro_batch(micro_batch, effective_batch) {
-            Some(smaller) => Verdict::Shrink(smaller),
-            None if peak_bytes <= self.cap => Verdict::Within,
-            None => Verdict::Exhausted,
+            Some(smaller) if relieved => {
+                self.shrunk_at = Some(peak_bytes);
+                Verdict::Shrink(smaller)
+            }
+            _ if peak_bytes <= self.cap => Verdict::Within,
+            _ => Verdict::Exhausted,
         }
     }
 }
@@ -80,10 +96,19 @@ mod tests {
 
     #[test]
     fn the_enforcer_acts_before_the_cap() {
-        let enforcer = Enforcer { cap: 1000 };
+        let mut enforcer = Enforcer::new(1000);
         assert_eq!(enforcer.check(800, 64, 256), Verdict::Within);
         assert_eq!(enforcer.check(950, 64, 256), Verdict::Shrink(32));
-        assert_eq!(enforcer.check(950, 1, 256), Verdict::Within);
-        assert_eq!(enforcer.check(1001, 1, 256), Verdict::Exhausted);
+        assert_eq!(enforcer.check(920, 32, 256), Verdict::Shrink(16));
+        assert_eq!(Enforcer::new(1000).check(950, 1, 256), Verdict::Within);
+        assert_eq!(Enforcer::new(1000).check(1001, 1, 256), Verdict::Exhausted);
+    }
+
+    #[test]
+    fn a_shrink_that_freed_nothing_is_not_repeated() {
+        let mut enforcer = Enforcer::new(1000);
+        assert_eq!(enforcer.check(950, 64, 256), Verdict::Shrink(32));
+        assert_eq!(enforcer.check(945, 32, 256), Verdict::Within);
+        assert_eq!(enforcer.check(1010, 32, 256), Verdict::Exhausted);
     }
 }

@@ -22,7 +22,7 @@ pub enum TrainError {
         hint: String,
     },
     #[error(
-        "step {step} held {peak} at micro-batch 1, over the cap of {cap}; raise the cap, use f16 or checkpointing"
+        "step {step} held {peak}, over the cap of {cap}, and a smaller micro-batch frees nothing more: what remains is parameters, gradients and optimizer state; raise the cap or choose a smaller model"
     )]
     CapExceeded { step: u64, peak: String, cap: String },
     #[error("reading a result back from the device failed: {0}")]

@@ -104,7 +104,8 @@ impl Trainer {
         };
         let (precision, precision_note) = effective_precision(config.precision, &device, backend);
         // Training and evaluation streams can both hold chunks at once.
-        let data_bytes = 2 * source.bound_bytes() as u64;
+        let streams = if config.evaluate { 2 } else { 1 };
+        let data_bytes = streams * source.bound_bytes() as u64;
         let request = plan::request(
             &config,
             &input,
@@ -163,7 +164,7 @@ impl Trainer {
         train_device.seed(config.seed);
         let model = config.model.init(&input, &train_device);
         Ok(Trainer {
-            enforcer: config.cap.map(|cap| Enforcer { cap }),
+            enforcer: config.cap.map(Enforcer::new),
             optimizer: optimizer::build(&config.optimizer),
             tracker: MemoryTracker::new(device.clone(), source.gauge().clone()),
             config,
@@ -205,7 +206,7 @@ impl Trainer {
 
     /// Shrinks the micro-batch when the step's peak came too close to the cap.
     fn enforce(&mut self, memory: &MemorySample) -> Result<Option<Enforcement>, TrainError> {
-        let (Some(enforcer), Some(peak)) = (self.enforcer, capped_bytes(memory)) else {
+        let (Some(enforcer), Some(peak)) = (self.enforcer.as_mut(), capped_bytes(memory)) else {
             return Ok(None);
         };
         match enforcer.check(peak, self.micro_batch, self.config.effective_batch) {
@@ -216,6 +217,7 @@ impl Trainer {
                 cap: format_bytes(enforcer.cap as usize),
             }),
             Verdict::Shrink(smaller) => {
+                let cap = enforcer.cap;
                 // Cached pages of the larger shapes would otherwise stay reserved.
                 self.device.memory_cleanup();
                 let enforcement = Enforcement {
@@ -224,7 +226,7 @@ impl Trainer {
                     to_micro_batch: smaller,
                     accumulation_steps: self.config.effective_batch / smaller,
                     peak_bytes: peak,
-                    cap: enforcer.cap,
+                    cap,
                     predicted: false,
                 };
                 self.micro_batch = smaller;
