@@ -1,13 +1,13 @@
-use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
-use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
+use burn::nn::{Linear, LinearConfig, Relu};
 use burn::prelude::*;
 
+use super::conv::Conv3x3;
 use super::{InputShape, glorot};
 
 #[derive(Module, Debug)]
 pub struct ConvBlock {
-    conv: Conv2d,
+    conv: Conv3x3,
     pool: MaxPool2d,
     activation: Relu,
 }
@@ -30,13 +30,10 @@ impl Cnn {
         let (mut height, mut width) = (input.height, input.width);
         let mut blocks = Vec::new();
         for &out_channels in channels {
-            let conv = Conv2dConfig::new([in_channels, out_channels], [3, 3])
-                .with_padding(PaddingConfig2d::Same)
-                .with_initializer(glorot())
-                .init(device);
+            let conv = Conv3x3::new(in_channels, out_channels, device);
             let pool = MaxPool2dConfig::new([2, 2]).with_strides([2, 2]).init();
             blocks.push(ConvBlock {
-                conv: super::zero_bias_conv(conv),
+                conv,
                 pool,
                 activation: Relu::new(),
             });

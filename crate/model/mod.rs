@@ -2,6 +2,7 @@
 //! `Model`: images in, logits out.
 
 mod cnn;
+mod conv;
 mod mlp;
 
 use burn::prelude::*;
@@ -108,11 +109,6 @@ fn glorot() -> burn::nn::Initializer {
 }
 
 fn zero_bias_linear(mut layer: burn::nn::Linear) -> burn::nn::Linear {
-    layer.bias = layer.bias.map(|bias| bias.map(|b| b.zeros_like().require_grad()));
-    layer
-}
-
-fn zero_bias_conv(mut layer: burn::nn::conv::Conv2d) -> burn::nn::conv::Conv2d {
     layer.bias = layer.bias.map(|bias| bias.map(|b| b.zeros_like().require_grad()));
     layer
 }
