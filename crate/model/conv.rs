@@ -41,17 +41,28 @@ impl Conv3x3 {
             })
             .collect();
         // [batch, in, 9, h, w] -> rows of one output pixel: [batch*h*w, in*9], in the
-        // weight's (in, ky, kx) order.
+        // weight's (in, ky, kx) order. A column of ones carries the bias through the same
+        // matmul, so its gradient is a matmul too: as a broadcast add, its gradient was one
+        // long sum that came out wrong on wgpu (the 4x64 vs 1x256 accumulation test).
+        let rows = batch * height * width;
         let patches = Tensor::stack::<5>(shifted, 2)
             .permute([0, 3, 4, 1, 2])
-            .reshape([batch * height * width, in_channels * 9]);
-        let kernel = self
-            .weight
-            .val()
-            .reshape([out_channels, in_channels * 9])
-            .transpose();
-        let out = patches.matmul(kernel) + self.bias.val().unsqueeze::<2>();
-        out.reshape([batch, height, width, out_channels])
+            .reshape([rows, in_channels * 9]);
+        let ones = Tensor::ones([rows, 1], &patches.device());
+        let patches = Tensor::cat(vec![patches, ones], 1);
+        let kernel = Tensor::cat(
+            vec![
+                self.weight
+                    .val()
+                    .reshape([out_channels, in_channels * 9])
+                    .transpose(),
+                self.bias.val().reshape([1, out_channels]),
+            ],
+            0,
+        );
+        patches
+            .matmul(kernel)
+            .reshape([batch, height, width, out_channels])
             .permute([0, 3, 1, 2])
     }
 }
