@@ -80,12 +80,16 @@ async fn f16_on_wgpu_learns_with_f32_master_weights() {
         BackendKind::Wgpu,
         TrainConfig {
             precision: Precision::F16,
+            evaluate: true,
             ..config(vec![64], 30)
         },
     )
     .await
     .unwrap();
     assert_eq!(run.started.precision, Precision::F16, "lavapipe supports f16");
+    // Evaluation runs the f16 copy too.
+    let eval = run.summary.eval.as_ref().expect("evaluated at the end");
+    assert!(eval.accuracy > 0.6, "f16 test accuracy {}", eval.accuracy);
     assert!(run.started.precision_note.is_none());
     assert!(run.steps.iter().all(|s| s.loss_scale.is_some()));
     let first = mean(run.steps[..3].iter().map(|s| s.loss));

@@ -68,10 +68,8 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
             }
         }
     };
-    // As `train` with evaluation: a training and a test stream.
-    let data_bytes = 2 * source.bound_bytes() as u64;
     let pool = PoolModel::for_backend(args.backend.name());
-    let mut request = train_plan::request(&config, &input, Precision::F32, data_bytes, pool);
+    let mut request = train_plan::request(&config, &input, Precision::F32, source.bound_bytes() as u64, pool);
     request.precisions = precisions;
     request.checkpointing = match args.checkpointing {
         Some(only) => vec![only],

@@ -15,13 +15,13 @@ pub fn micro_batch_choices(config: &TrainConfig) -> Vec<usize> {
 }
 
 /// A plan request for `config` as it will run: its precision and checkpointing fixed, the
-/// micro-batch open up to the one asked for. `data_bytes` is what the data pipeline may
-/// hold.
+/// micro-batch open up to the one asked for. `data_bound_bytes` is what one data stream
+/// may hold (`DataSource::bound_bytes`).
 pub fn request(
     config: &TrainConfig,
     input: &InputShape,
     precision: Precision,
-    data_bytes: u64,
+    data_bound_bytes: u64,
     pool: PoolModel,
 ) -> PlanRequest {
     PlanRequest {
@@ -30,7 +30,8 @@ pub fn request(
         effective_batch: config.effective_batch,
         optimizer: config.optimizer.kind,
         momentum: config.optimizer.kind == OptimizerKind::Sgd && config.optimizer.momentum > 0.0,
-        data_bytes,
+        // Training and evaluation streams can both hold chunks at once.
+        data_bytes: if config.evaluate { 2 } else { 1 } * data_bound_bytes,
         pool,
         micro_batches: micro_batch_choices(config),
         precisions: vec![precision],

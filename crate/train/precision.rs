@@ -8,9 +8,13 @@ use burn::tensor::FloatDType;
 
 use crate::model::Model;
 
-/// `f` applied outside autodiff, the result a fresh leaf with `t`'s checkpointing: an op
-/// recorded in the graph would not be a leaf, and leaves are what gradients land on.
+/// `f` applied outside autodiff. A tracked `t` gives a fresh leaf with its checkpointing
+/// (an op recorded in the graph would not be a leaf, and leaves are what gradients land
+/// on); an untracked one (evaluation) stays untracked.
 fn outside_autodiff<const D: usize>(t: Tensor<D>, f: impl FnOnce(Tensor<D>) -> Tensor<D>) -> Tensor<D> {
+    if !t.is_autodiff() {
+        return f(t);
+    }
     let strategy = t.gradient_checkpointing_strategy();
     let result = f(t.inner()).autodiff();
     match strategy {

@@ -78,7 +78,6 @@ pub struct Trainer {
     skipped_steps: u64,
     enforcer: Option<Enforcer>,
     enforcements: Vec<Enforcement>,
-    predicted_peak: u64,
     predicted: Breakdown,
 }
 
@@ -103,14 +102,11 @@ impl Trainer {
             final_fraction: config.optimizer.final_lr_fraction,
         };
         let (precision, precision_note) = effective_precision(config.precision, &device, backend);
-        // Training and evaluation streams can both hold chunks at once.
-        let streams = if config.evaluate { 2 } else { 1 };
-        let data_bytes = streams * source.bound_bytes() as u64;
         let request = plan::request(
             &config,
             &input,
             precision,
-            data_bytes,
+            source.bound_bytes() as u64,
             PoolModel::for_backend(backend),
         );
         let plan = crate::memory::plan(&request, config.cap);
@@ -153,8 +149,7 @@ impl Trainer {
                 predicted: true,
             });
         }
-        let (micro_batch, predicted_peak, predicted) =
-            (chosen.micro_batch, chosen.predicted_peak, chosen.breakdown);
+        let (micro_batch, predicted) = (chosen.micro_batch, chosen.breakdown);
         let train_device = if config.checkpointing {
             device.clone().autodiff().gradient_checkpointing()
         } else {
@@ -185,7 +180,6 @@ impl Trainer {
             skipped_in_a_row: 0,
             skipped_steps: 0,
             enforcements,
-            predicted_peak,
             predicted,
         })
     }
@@ -327,7 +321,9 @@ impl Trainer {
         while let Some(batch) = reader.next_batch(self.micro_batch).await? {
             let images = tensors::images(&batch.features, &self.input, self.precision, &self.device);
             let targets = tensors::targets(&batch.labels, &self.device);
-            let logits = model.forward(images).cast(Precision::F32.dtype());
+            let logits = model
+                .forward(images.cast(self.precision.dtype()))
+                .cast(Precision::F32.dtype());
             let hits = logits
                 .clone()
                 .argmax(1)
@@ -399,7 +395,7 @@ impl Trainer {
             precision: self.precision,
             precision_note: self.precision_note.clone(),
             cap: self.config.cap,
-            predicted_peak: self.predicted_peak,
+            predicted_peak: self.predicted.total(),
             predicted: self.predicted,
         }));
         for enforcement in &self.enforcements {
