@@ -109,7 +109,18 @@ fn glorot() -> burn::nn::Initializer {
 }
 
 fn zero_bias_linear(mut layer: burn::nn::Linear) -> burn::nn::Linear {
-    layer.bias = layer.bias.map(|bias| bias.map(|b| b.zeros_like().require_grad()));
+    // Tracked only where autodiff runs: a model built for inference or export has no
+    // gradients to require.
+    layer.bias = layer.bias.map(|bias| {
+        bias.map(|b| {
+            let zeros = b.zeros_like();
+            if zeros.is_autodiff() {
+                zeros.require_grad()
+            } else {
+                zeros
+            }
+        })
+    });
     layer
 }
 
@@ -130,6 +141,28 @@ impl ModelConfig {
         match self {
             ModelConfig::Mlp { hidden } => mlp::census(input, hidden),
             ModelConfig::Cnn { channels } => cnn::census(input, channels),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Export and inference build models on a device without autodiff.
+    #[test]
+    fn models_build_and_run_without_autodiff() {
+        #[allow(deprecated)]
+        let device = Device::ndarray();
+        let input = InputShape {
+            height: 28,
+            width: 28,
+            classes: 10,
+        };
+        for config in [ModelConfig::mlp_default(), ModelConfig::cnn_default()] {
+            let model = config.init(&input, &device);
+            let logits = model.forward(Tensor::zeros([2, 1, 28, 28], &device));
+            assert_eq!(logits.dims(), [2, 10]);
         }
     }
 }

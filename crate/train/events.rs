@@ -63,6 +63,7 @@ pub struct EvalRecord {
 pub struct RunSummary {
     pub steps: u64,
     pub samples_seen: u64,
+    /// Time spent training, pauses excluded.
     pub seconds: f64,
     pub samples_per_sec: f64,
     pub final_loss: f32,

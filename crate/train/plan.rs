@@ -1,8 +1,87 @@
 //! The planner's view of a training config.
 
+use burn::prelude::Device;
+
 use super::config::{OptimizerKind, Precision, TrainConfig};
-use crate::memory::{PlanRequest, PoolModel};
+use super::error::TrainError;
+use super::trainer::{effective_precision, input_shape};
+use crate::data::{DataSource, Split};
+use crate::memory::{Candidate, Plan, PlanRequest, PoolModel};
 use crate::model::InputShape;
+use crate::units::format_bytes;
+
+/// A config checked against its dataset and device, and the planner's answer for it.
+#[derive(Clone, Debug)]
+pub struct RunPlan {
+    pub input: InputShape,
+    pub plan: Plan,
+    /// The precision the device runs, which may differ from the one asked for.
+    pub precision: Precision,
+    /// Why the asked-for precision was not used.
+    pub precision_note: Option<String>,
+}
+
+impl RunPlan {
+    /// The setting the run starts with, or why none fits the cap, in words that say what
+    /// would.
+    pub fn pick(&self, config: &TrainConfig) -> Result<&Candidate, TrainError> {
+        if let Some(chosen) = self.plan.chosen() {
+            return Ok(chosen);
+        }
+        let smallest = self
+            .plan
+            .candidates
+            .iter()
+            .min_by_key(|c| c.predicted_peak)
+            .expect("every effective batch has the divisor 1");
+        let needed = self
+            .plan
+            .smallest_fitting_cap()
+            .unwrap_or(smallest.predicted_peak);
+        let hint = match (self.precision, config.checkpointing) {
+            (Precision::F32, false) => ", or try f16 storage and checkpointing",
+            (Precision::F32, true) => ", or try f16 storage",
+            (Precision::F16, false) => ", or try checkpointing",
+            (Precision::F16, true) => ", or choose a smaller model",
+        };
+        Err(TrainError::CapTooSmall {
+            cap: format_bytes(config.cap.unwrap_or(0) as usize),
+            needed: format_bytes(needed as usize),
+            micro_batch: smallest.micro_batch,
+            hint: hint.into(),
+        })
+    }
+}
+
+/// Validates `config` for `source` and plans it for `device`: what the trainer does before
+/// step 1, and what the page previews before Start.
+pub fn for_run(
+    config: &TrainConfig,
+    source: &DataSource,
+    device: &Device,
+    backend: &str,
+) -> Result<RunPlan, TrainError> {
+    let manifest = source.manifest();
+    let input = input_shape(manifest)?;
+    config.validate(&input).map_err(TrainError::Config)?;
+    if manifest.count(Split::Train) == 0 {
+        return Err(TrainError::Dataset("the training split is empty".into()));
+    }
+    let (precision, precision_note) = effective_precision(config.precision, device, backend);
+    let request = request(
+        config,
+        &input,
+        precision,
+        source.bound_bytes() as u64,
+        PoolModel::for_backend(backend),
+    );
+    Ok(RunPlan {
+        input,
+        plan: crate::memory::plan(&request, config.cap),
+        precision,
+        precision_note,
+    })
+}
 
 /// The micro-batches a run may use: divisors of the effective batch, up to the one asked
 /// for (all of them when the planner picks).

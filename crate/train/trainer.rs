@@ -7,12 +7,14 @@ use web_time::Instant;
 use super::config::{Precision, TrainConfig};
 use super::error::TrainError;
 use super::events::{EvalRecord, RunStarted, RunSummary, StepRecord, TrainEvent};
+use super::plan;
 use super::precision::{self, LossScaler};
+use super::run::Progress;
 use super::schedule::Schedule;
 use super::step::accumulate_gradients;
-use super::{optimizer, plan, tensors};
+use super::{optimizer, tensors};
 use crate::data::{Batch, BatchReader, DataSource, Manifest, Split};
-use crate::memory::{Breakdown, Enforcement, Enforcer, MemorySample, MemoryTracker, PoolModel, Verdict};
+use crate::memory::{Breakdown, Enforcement, Enforcer, MemorySample, MemoryTracker, Verdict};
 use crate::model::{InputShape, Model};
 use crate::units::format_bytes;
 
@@ -56,7 +58,7 @@ fn capped_bytes(memory: &MemorySample) -> Option<u64> {
 }
 
 pub struct Trainer {
-    config: TrainConfig,
+    pub(super) config: TrainConfig,
     input: InputShape,
     /// Evaluation runs here, without autodiff.
     device: Device,
@@ -66,16 +68,16 @@ pub struct Trainer {
     optimizer: ModuleOptimizer,
     schedule: Schedule,
     tracker: MemoryTracker,
-    step: u64,
-    epoch: u64,
-    samples_seen: u64,
-    run_peak: MemorySample,
+    pub(super) step: u64,
+    pub(super) epoch: u64,
+    pub(super) samples_seen: u64,
+    pub(super) run_peak: MemorySample,
     micro_batch: usize,
     precision: Precision,
     precision_note: Option<String>,
     scaler: Option<LossScaler>,
     skipped_in_a_row: u32,
-    skipped_steps: u64,
+    pub(super) skipped_steps: u64,
     enforcer: Option<Enforcer>,
     enforcements: Vec<Enforcement>,
     predicted: Breakdown,
@@ -88,48 +90,17 @@ impl Trainer {
         device: Device,
         backend: &str,
     ) -> Result<Self, TrainError> {
-        let manifest = source.manifest();
-        let input = input_shape(manifest)?;
-        config.validate(&input).map_err(TrainError::Config)?;
-        let train_samples = manifest.count(Split::Train);
-        if train_samples == 0 {
-            return Err(TrainError::Dataset("the training split is empty".into()));
-        }
+        let run_plan = plan::for_run(&config, source, &device, backend)?;
+        let (input, plan) = (run_plan.input, &run_plan.plan);
+        let (precision, precision_note) = (run_plan.precision, run_plan.precision_note.clone());
+        let train_samples = source.manifest().count(Split::Train);
         let schedule = Schedule {
             base_lr: config.optimizer.learning_rate,
             warmup_steps: config.optimizer.warmup_steps,
             total_steps: config.total_steps(train_samples),
             final_fraction: config.optimizer.final_lr_fraction,
         };
-        let (precision, precision_note) = effective_precision(config.precision, &device, backend);
-        let request = plan::request(
-            &config,
-            &input,
-            precision,
-            source.bound_bytes() as u64,
-            PoolModel::for_backend(backend),
-        );
-        let plan = crate::memory::plan(&request, config.cap);
-        let Some(chosen) = plan.chosen() else {
-            let smallest = plan
-                .candidates
-                .iter()
-                .min_by_key(|c| c.predicted_peak)
-                .expect("every effective batch has the divisor 1");
-            let needed = plan.smallest_fitting_cap().unwrap_or(smallest.predicted_peak);
-            let hint = match (precision, config.checkpointing) {
-                (Precision::F32, false) => ", or try f16 storage and checkpointing",
-                (Precision::F32, true) => ", or try f16 storage",
-                (Precision::F16, false) => ", or try checkpointing",
-                (Precision::F16, true) => ", or choose a smaller model",
-            };
-            return Err(TrainError::CapTooSmall {
-                cap: format_bytes(config.cap.unwrap_or(0) as usize),
-                needed: format_bytes(needed as usize),
-                micro_batch: smallest.micro_batch,
-                hint: hint.into(),
-            });
-        };
+        let chosen = run_plan.pick(&config)?;
         let asked_micro_batch = config.micro_batch.unwrap_or(config.effective_batch);
         let mut enforcements = Vec::new();
         if let (Some(cap), Some(_)) = (config.cap, config.micro_batch)
@@ -228,6 +199,14 @@ impl Trainer {
                 Ok(Some(enforcement))
             }
         }
+    }
+
+    pub fn config(&self) -> &TrainConfig {
+        &self.config
+    }
+
+    pub fn input(&self) -> InputShape {
+        self.input
     }
 
     pub fn model(&self) -> &Model {
@@ -355,38 +334,14 @@ impl Trainer {
         })
     }
 
-    /// Evaluates on the test split and reports it, unless the split is empty or this step
-    /// was already evaluated.
-    async fn evaluate_once(
-        &mut self,
-        source: &DataSource,
-        last_eval: &mut Option<EvalRecord>,
-        on_event: &mut impl FnMut(&TrainEvent),
-    ) -> Result<(), TrainError> {
-        let evaluated = last_eval.as_ref().is_some_and(|e| e.step == self.step);
-        if evaluated || !self.config.evaluate || source.manifest().count(Split::Test) == 0 {
-            return Ok(());
-        }
-        let eval = self.evaluate(source, Split::Test).await?;
-        on_event(&TrainEvent::Eval(eval.clone()));
-        *last_eval = Some(eval);
-        Ok(())
-    }
-
-    /// Trains for the configured duration, evaluating on the test split as configured.
-    pub async fn run(
-        &mut self,
-        source: &DataSource,
-        mut on_event: impl FnMut(&TrainEvent),
-    ) -> Result<RunSummary, TrainError> {
-        let started = Instant::now();
+    /// What the run starts with, as reported before step 1.
+    pub(super) fn run_started(&self, source: &DataSource) -> RunStarted {
         let train_samples = source.manifest().count(Split::Train);
-        let total_steps = self.config.total_steps(train_samples);
-        on_event(&TrainEvent::Started(RunStarted {
+        RunStarted {
             model: self.config.model.name().into(),
             parameters: self.model().num_params(),
             backend: self.backend.clone(),
-            total_steps,
+            total_steps: self.config.total_steps(train_samples),
             steps_per_epoch: self.config.steps_per_epoch(train_samples),
             effective_batch: self.config.effective_batch,
             micro_batch: self.micro_batch,
@@ -397,53 +352,23 @@ impl Trainer {
             cap: self.config.cap,
             predicted_peak: self.predicted.total(),
             predicted: self.predicted,
-        }));
-        for enforcement in &self.enforcements {
-            on_event(&TrainEvent::Enforced(enforcement.clone()));
         }
-        let mut last_loss = f32::NAN;
-        let mut last_eval: Option<EvalRecord> = None;
-        let every = self.config.eval_every;
-        while self.step < total_steps {
-            let mut reader = BatchReader::new(
-                source.epoch(Split::Train, self.epoch)?,
-                source.manifest().sample_bytes(),
-            );
-            while self.step < total_steps {
-                let Some(batch) = reader.next_batch(self.config.effective_batch).await? else {
-                    break;
-                };
-                let mut record = self.train_step(&batch).await?;
-                last_loss = record.loss;
-                let enforcement = record.enforcement.take();
-                on_event(&TrainEvent::Step(record));
-                if let Some(enforcement) = enforcement {
-                    on_event(&TrainEvent::Enforced(enforcement));
-                }
-                if every > 0 && self.step % every == 0 {
-                    self.evaluate_once(source, &mut last_eval, &mut on_event).await?;
-                }
+    }
+
+    /// Trains for the configured duration, evaluating on the test split as configured.
+    pub async fn run(
+        &mut self,
+        source: &DataSource,
+        mut on_event: impl FnMut(&TrainEvent),
+    ) -> Result<RunSummary, TrainError> {
+        let mut progress = Progress::default();
+        loop {
+            for event in progress.advance(self, source).await? {
+                on_event(&event);
             }
-            if every == 0 {
-                self.evaluate_once(source, &mut last_eval, &mut on_event).await?;
+            if let Some(summary) = progress.summary() {
+                return Ok(summary.clone());
             }
-            self.epoch += 1;
         }
-        self.evaluate_once(source, &mut last_eval, &mut on_event).await?;
-        let seconds = started.elapsed().as_secs_f64();
-        let summary = RunSummary {
-            steps: self.step,
-            samples_seen: self.samples_seen,
-            seconds,
-            samples_per_sec: self.samples_seen as f64 / seconds.max(1e-9),
-            final_loss: last_loss,
-            eval: last_eval,
-            peak_memory: self.run_peak,
-            skipped_steps: self.skipped_steps,
-            enforcements: self.enforcements.clone(),
-            micro_batch: self.micro_batch,
-        };
-        on_event(&TrainEvent::Finished(summary.clone()));
-        Ok(summary)
     }
 }

@@ -1,0 +1,152 @@
+//! A run one step at a time, so that its driver decides when the next step happens: the
+//! CLI loops without pause, the page pauses, resumes and stops between steps.
+
+use web_time::Instant;
+
+use super::error::TrainError;
+use super::events::{EvalRecord, RunSummary, TrainEvent};
+use super::trainer::Trainer;
+use crate::data::{BatchReader, DataSource, Split};
+
+/// Where a run is between two calls of [`Progress::advance`].
+pub struct Progress {
+    started: bool,
+    /// Time spent inside `advance`: a paused run is not slower.
+    busy: std::time::Duration,
+    /// The training epoch being read; `None` between epochs.
+    reader: Option<BatchReader>,
+    last_loss: f32,
+    last_eval: Option<EvalRecord>,
+    summary: Option<RunSummary>,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress {
+            started: false,
+            busy: std::time::Duration::ZERO,
+            reader: None,
+            last_loss: f32::NAN,
+            last_eval: None,
+            summary: None,
+        }
+    }
+}
+
+impl Progress {
+    /// The run's summary, once it finished.
+    pub fn summary(&self) -> Option<&RunSummary> {
+        self.summary.as_ref()
+    }
+
+    /// The next piece of the run and what it reported: first the start, then one optimizer
+    /// step each call (with its enforcement and evaluation), then the final evaluation and
+    /// summary. Nothing once finished.
+    pub async fn advance(
+        &mut self,
+        trainer: &mut Trainer,
+        source: &DataSource,
+    ) -> Result<Vec<TrainEvent>, TrainError> {
+        let entered = Instant::now();
+        let events = self.next_events(trainer, source).await;
+        self.busy += entered.elapsed();
+        let mut events = events?;
+        if let Some(TrainEvent::Finished(summary)) = events.last_mut() {
+            summary.seconds = self.busy.as_secs_f64();
+            summary.samples_per_sec = summary.samples_seen as f64 / summary.seconds.max(1e-9);
+            self.summary = Some(summary.clone());
+        }
+        Ok(events)
+    }
+
+    async fn next_events(
+        &mut self,
+        trainer: &mut Trainer,
+        source: &DataSource,
+    ) -> Result<Vec<TrainEvent>, TrainError> {
+        let mut events = Vec::new();
+        if self.summary.is_some() {
+            return Ok(events);
+        }
+        if !self.started {
+            self.started = true;
+            events.push(TrainEvent::Started(trainer.run_started(source)));
+            events.extend(trainer.enforcements().iter().cloned().map(TrainEvent::Enforced));
+            return Ok(events);
+        }
+        let total_steps = trainer.config.total_steps(source.manifest().count(Split::Train));
+        let every = trainer.config.eval_every;
+        while trainer.step < total_steps {
+            let reader = match &mut self.reader {
+                Some(reader) => reader,
+                None => self.reader.insert(BatchReader::new(
+                    source.epoch(Split::Train, trainer.epoch)?,
+                    source.manifest().sample_bytes(),
+                )),
+            };
+            let Some(batch) = reader.next_batch(trainer.config.effective_batch).await? else {
+                self.end_epoch(trainer, source, &mut events).await?;
+                continue;
+            };
+            let mut record = trainer.train_step(&batch).await?;
+            self.last_loss = record.loss;
+            let enforcement = record.enforcement.take();
+            events.push(TrainEvent::Step(record));
+            events.extend(enforcement.map(TrainEvent::Enforced));
+            if every > 0 && trainer.step % every == 0 {
+                self.evaluate_once(trainer, source, &mut events).await?;
+            }
+            return Ok(events);
+        }
+        if self.reader.is_some() {
+            self.end_epoch(trainer, source, &mut events).await?;
+        }
+        self.evaluate_once(trainer, source, &mut events).await?;
+        // Timing is filled in by `advance`, which sees this call's time too.
+        events.push(TrainEvent::Finished(RunSummary {
+            steps: trainer.step,
+            samples_seen: trainer.samples_seen,
+            seconds: 0.0,
+            samples_per_sec: 0.0,
+            final_loss: self.last_loss,
+            eval: self.last_eval.clone(),
+            peak_memory: trainer.run_peak,
+            skipped_steps: trainer.skipped_steps,
+            enforcements: trainer.enforcements().to_vec(),
+            micro_batch: trainer.micro_batch(),
+        }));
+        Ok(events)
+    }
+
+    async fn end_epoch(
+        &mut self,
+        trainer: &mut Trainer,
+        source: &DataSource,
+        events: &mut Vec<TrainEvent>,
+    ) -> Result<(), TrainError> {
+        self.reader = None;
+        if trainer.config.eval_every == 0 {
+            self.evaluate_once(trainer, source, events).await?;
+        }
+        trainer.epoch += 1;
+        Ok(())
+    }
+
+    /// Evaluates on the test split and reports it, unless the split is empty or this step
+    /// was already evaluated.
+    async fn evaluate_once(
+        &mut self,
+        trainer: &mut Trainer,
+        source: &DataSource,
+        events: &mut Vec<TrainEvent>,
+    ) -> Result<(), TrainError> {
+        let evaluated = self.last_eval.as_ref().is_some_and(|e| e.step == trainer.step);
+        if evaluated || !trainer.config.evaluate || source.manifest().count(Split::Test) == 0 {
+            return Ok(());
+        }
+        let eval = trainer.evaluate(source, Split::Test).await?;
+        events.push(TrainEvent::Eval(eval.clone()));
+        self.last_eval = Some(eval);
+        Ok(())
+    }
+}
