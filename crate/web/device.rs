@@ -1,0 +1,161 @@
+//! The browser's devices. WebGPU is acquired once per worker and kept: wgpu cannot be
+//! initialized twice in one module instance. Where no adapter is offered, burn's CPU
+//! backend (ndarray, wasm SIMD) runs the same trainer.
+
+use std::sync::OnceLock;
+
+use burn::prelude::Device;
+use burn::tensor::wgpu::wgpu;
+use futures::lock::Mutex;
+use serde::{Deserialize, Serialize};
+use wasm_bindgen::JsValue;
+
+/// What the page asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Preference {
+    /// WebGPU where the browser offers an adapter, the CPU otherwise.
+    Auto,
+    WebGpu,
+    Cpu,
+}
+
+/// The adapter as the page shows it, with the limits a training run runs into.
+#[derive(Clone, Debug, Serialize)]
+pub struct AdapterReport {
+    pub name: String,
+    pub vendor: String,
+    pub driver: String,
+    pub backend: String,
+    pub device_type: String,
+    /// Without it f16 storage falls back to f32.
+    pub shader_f16: bool,
+    pub max_buffer_size: u64,
+    pub max_storage_buffer_binding_size: u64,
+    pub max_storage_buffers_per_shader_stage: u32,
+    pub max_compute_invocations_per_workgroup: u32,
+    pub max_compute_workgroup_storage_size: u32,
+}
+
+/// The device a run gets, and why it is that one.
+#[derive(Clone, Debug)]
+pub struct Acquired {
+    pub device: Device,
+    /// The backend's name as the trainer and planner know it.
+    pub backend: &'static str,
+    pub adapter: Option<AdapterReport>,
+    /// Why WebGPU is not used, when it was asked for or would have been preferred.
+    pub fallback_reason: Option<String>,
+}
+
+struct WebGpu {
+    device: Device,
+    adapter: AdapterReport,
+}
+
+static WEBGPU: OnceLock<Mutex<Option<Result<WebGpu, String>>>> = OnceLock::new();
+static DEVICE_LOST: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Why the WebGPU device was lost, once it was: every later step must fail, in words.
+pub fn device_lost() -> Option<String> {
+    DEVICE_LOST.lock().ok()?.clone()
+}
+
+fn navigator_has_gpu() -> bool {
+    let global = js_sys::global();
+    js_sys::Reflect::get(&global, &JsValue::from_str("navigator"))
+        .and_then(|navigator| js_sys::Reflect::get(&navigator, &JsValue::from_str("gpu")))
+        .is_ok_and(|gpu| !gpu.is_undefined() && !gpu.is_null())
+}
+
+fn report(adapter: &wgpu::Adapter) -> AdapterReport {
+    let info = adapter.get_info();
+    let limits = adapter.limits();
+    AdapterReport {
+        name: info.name,
+        vendor: format!("{:#06x}", info.vendor),
+        driver: [info.driver, info.driver_info]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(" "),
+        backend: format!("{:?}", info.backend),
+        device_type: format!("{:?}", info.device_type),
+        shader_f16: adapter.features().contains(wgpu::Features::SHADER_F16),
+        max_buffer_size: limits.max_buffer_size,
+        max_storage_buffer_binding_size: limits.max_storage_buffer_binding_size,
+        max_storage_buffers_per_shader_stage: limits.max_storage_buffers_per_shader_stage,
+        max_compute_invocations_per_workgroup: limits.max_compute_invocations_per_workgroup,
+        max_compute_workgroup_storage_size: limits.max_compute_workgroup_storage_size,
+    }
+}
+
+async fn acquire_webgpu() -> Result<WebGpu, String> {
+    if !navigator_has_gpu() {
+        return Err(
+            "this browser offers no WebGPU (navigator.gpu is missing). Chrome and Edge \
+                    113+ have it; Firefox and Safari behind a setting; headless Chromium needs \
+                    --enable-unsafe-webgpu"
+                .into(),
+        );
+    }
+    // cubecl requests every feature and the adapter's full limits, so a plan that fits
+    // the adapter's limits fits the device.
+    let (device, setup) = Device::wgpu_options()
+        .init_with_setup_async()
+        .await
+        .map_err(|e| format!("no usable WebGPU adapter: {e}"))?;
+    setup.device.set_device_lost_callback(|reason, message| {
+        let text = format!("the WebGPU device was lost ({reason:?}: {message})");
+        if let Ok(mut lost) = DEVICE_LOST.lock() {
+            *lost = Some(text);
+        }
+    });
+    Ok(WebGpu {
+        device,
+        adapter: report(&setup.adapter),
+    })
+}
+
+/// The WebGPU device and its adapter, acquired on the first call.
+pub async fn webgpu() -> Result<(Device, AdapterReport), String> {
+    let mut cached = WEBGPU.get_or_init(Default::default).lock().await;
+    if cached.is_none() {
+        *cached = Some(acquire_webgpu().await);
+    }
+    match cached.as_ref().expect("filled above") {
+        Ok(gpu) => Ok((gpu.device.clone(), gpu.adapter.clone())),
+        Err(reason) => Err(reason.clone()),
+    }
+}
+
+#[allow(deprecated)] // burn prefers its new `flex` CPU backend; ndarray is the one we plan for.
+fn cpu() -> Device {
+    Device::ndarray()
+}
+
+pub async fn acquire(preference: Preference) -> Result<Acquired, String> {
+    if preference == Preference::Cpu {
+        return Ok(Acquired {
+            device: cpu(),
+            backend: "ndarray",
+            adapter: None,
+            fallback_reason: None,
+        });
+    }
+    match webgpu().await {
+        Ok((device, adapter)) => Ok(Acquired {
+            device,
+            backend: "webgpu",
+            adapter: Some(adapter),
+            fallback_reason: None,
+        }),
+        Err(reason) if preference == Preference::Auto => Ok(Acquired {
+            device: cpu(),
+            backend: "ndarray",
+            adapter: None,
+            fallback_reason: Some(reason),
+        }),
+        Err(reason) => Err(reason),
+    }
+}

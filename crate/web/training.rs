@@ -1,0 +1,189 @@
+//! A training run in the browser: the same trainer, planner and enforcer as the CLI,
+//! advanced one step per call so that the worker can pause, resume and stop between steps.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use serde::Serialize;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+use super::device::{self, Acquired, AdapterReport, Preference};
+use super::{error_to_js, export, to_js};
+use crate::data::DataSource;
+use crate::memory::{Candidate, MemoryTracker, Plan};
+use crate::train::{Precision, Progress, TrainConfig, Trainer, plan};
+
+fn preference(value: &str) -> Result<Preference, JsValue> {
+    serde_wasm_bindgen::from_value(JsValue::from_str(value))
+        .map_err(|_| error_to_js(format!("unknown backend {value:?}: auto, webgpu or cpu")))
+}
+
+fn config(value: JsValue) -> Result<TrainConfig, JsValue> {
+    serde_wasm_bindgen::from_value(value).map_err(|e| error_to_js(format!("bad training settings: {e}")))
+}
+
+/// Which device a run gets and why, as the page shows it.
+#[derive(Serialize)]
+struct DeviceReport<'a> {
+    backend: &'a str,
+    adapter: &'a Option<AdapterReport>,
+    fallback_reason: &'a Option<String>,
+}
+
+impl<'a> From<&'a Acquired> for DeviceReport<'a> {
+    fn from(acquired: &'a Acquired) -> Self {
+        DeviceReport {
+            backend: acquired.backend,
+            adapter: &acquired.adapter,
+            fallback_reason: &acquired.fallback_reason,
+        }
+    }
+}
+
+/// The planner's answer before Start.
+#[derive(Serialize)]
+struct Preview<'a> {
+    device: DeviceReport<'a>,
+    plan: &'a Plan,
+    chosen: Option<&'a Candidate>,
+    /// Why nothing fits, in words, when nothing does.
+    refusal: Option<String>,
+    precision: Precision,
+    precision_note: &'a Option<String>,
+}
+
+/// The device for `backend` ("auto", "webgpu" or "cpu") and its adapter, without training.
+#[wasm_bindgen(js_name = describeDevice)]
+pub fn describe_device(backend: String) -> js_sys::Promise {
+    future_to_promise(async move {
+        let acquired = device::acquire(preference(&backend)?)
+            .await
+            .map_err(error_to_js)?;
+        to_js(&DeviceReport::from(&acquired))
+    })
+}
+
+/// What the planner predicts and picks for `config` on the dataset at `url`.
+#[wasm_bindgen(js_name = planRun)]
+pub fn plan_run(url: String, config: JsValue, backend: String) -> js_sys::Promise {
+    future_to_promise(async move {
+        let config = self::config(config)?;
+        let acquired = device::acquire(preference(&backend)?)
+            .await
+            .map_err(error_to_js)?;
+        let source = DataSource::open(&url, config.stream.clone())
+            .await
+            .map_err(error_to_js)?;
+        let run_plan =
+            plan::for_run(&config, &source, &acquired.device, acquired.backend).map_err(error_to_js)?;
+        let picked = run_plan.pick(&config);
+        to_js(&Preview {
+            device: DeviceReport::from(&acquired),
+            plan: &run_plan.plan,
+            chosen: picked.as_ref().ok().copied(),
+            refusal: picked.as_ref().err().map(ToString::to_string),
+            precision: run_plan.precision,
+            precision_note: &run_plan.precision_note,
+        })
+    })
+}
+
+struct Running {
+    trainer: Trainer,
+    source: DataSource,
+    progress: Progress,
+}
+
+/// One run. `advance` and `exportModel` take turns: the worker awaits each.
+#[wasm_bindgen]
+pub struct Training {
+    running: Rc<RefCell<Option<Running>>>,
+    /// Samples memory between steps, for charts that update while a long step runs.
+    probe: RefCell<MemoryTracker>,
+    acquired: Acquired,
+}
+
+#[wasm_bindgen]
+impl Training {
+    /// Resolves to a `Training` once the device is acquired, the manifest is read and the
+    /// plan fits the cap; rejects with the reason otherwise (a cap too small names the cap
+    /// that fits).
+    pub fn create(url: String, config: JsValue, backend: String) -> js_sys::Promise {
+        future_to_promise(async move {
+            let config = self::config(config)?;
+            let acquired = device::acquire(preference(&backend)?)
+                .await
+                .map_err(error_to_js)?;
+            let source = DataSource::open(&url, config.stream.clone())
+                .await
+                .map_err(error_to_js)?;
+            let trainer = Trainer::new(config, &source, acquired.device.clone(), acquired.backend)
+                .map_err(error_to_js)?;
+            let probe = MemoryTracker::new(acquired.device.clone(), source.gauge().clone());
+            Ok(Training {
+                running: Rc::new(RefCell::new(Some(Running {
+                    trainer,
+                    source,
+                    progress: Progress::default(),
+                }))),
+                probe: RefCell::new(probe),
+                acquired,
+            }
+            .into())
+        })
+    }
+
+    /// The device this run trains on and why.
+    pub fn device(&self) -> Result<JsValue, JsValue> {
+        to_js(&DeviceReport::from(&self.acquired))
+    }
+
+    /// Resolves to the events of the next piece of the run (see `Progress::advance`): an
+    /// empty array once it finished.
+    pub fn advance(&self) -> js_sys::Promise {
+        let running = self.running.clone();
+        future_to_promise(async move {
+            if let Some(reason) = device::device_lost() {
+                return Err(error_to_js(format!("{reason}. Reload the page to start again.")));
+            }
+            let mut state = running
+                .borrow_mut()
+                .take()
+                .ok_or_else(|| error_to_js("the run is busy: await each call"))?;
+            let result = state.progress.advance(&mut state.trainer, &state.source).await;
+            *running.borrow_mut() = Some(state);
+            let events = result.map_err(|e| {
+                let lost = device::device_lost()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default();
+                error_to_js(format!("{e}{lost}"))
+            })?;
+            to_js(&events)
+        })
+    }
+
+    /// Memory now (device pool, data pipeline, wasm linear memory), callable at any time.
+    pub fn memory(&self) -> Result<JsValue, JsValue> {
+        let sample = self.probe.borrow_mut().sample();
+        to_js(&sample)
+    }
+
+    /// Resolves to the model's parameters as a burnpack file (what `headroom train --save`
+    /// writes), read back asynchronously.
+    #[wasm_bindgen(js_name = exportModel)]
+    pub fn export_model(&self) -> js_sys::Promise {
+        let running = self.running.clone();
+        future_to_promise(async move {
+            let state = running
+                .borrow_mut()
+                .take()
+                .ok_or_else(|| error_to_js("the run is busy: pause it first"))?;
+            let trainer = &state.trainer;
+            let bytes = export::burnpack(trainer.model(), &trainer.config().model, &trainer.input()).await;
+            *running.borrow_mut() = Some(state);
+            let bytes = bytes.map_err(error_to_js)?;
+            Ok(js_sys::Uint8Array::from(bytes.as_slice()).into())
+        })
+    }
+}

@@ -1,0 +1,127 @@
+//! Training inside headless Chromium, in a dedicated worker as the page does it: on real
+//! WebGPU (SwiftShader there) and on the CPU fallback, against a real `headroom serve`
+//! that `tests/run-all` starts.
+#![cfg(target_arch = "wasm32")]
+
+use headroom::data::DataSource;
+use headroom::model::ModelConfig;
+use headroom::train::{Duration, Precision, Progress, TrainConfig, TrainEvent, Trainer};
+use headroom::web::device::{self, Preference};
+use wasm_bindgen_test::wasm_bindgen_test;
+
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_dedicated_worker);
+
+const CAP: u64 = 256 * 1024 * 1024;
+
+fn dataset_url() -> String {
+    let server = option_env!("HEADROOM_TEST_DATA_URL")
+        .expect("HEADROOM_TEST_DATA_URL must name a running `headroom serve`; tests/run-all sets it");
+    format!("{server}/synthetic")
+}
+
+fn config(precision: Precision) -> TrainConfig {
+    let mut config = TrainConfig {
+        model: ModelConfig::Mlp { hidden: vec![32] },
+        effective_batch: 64,
+        duration: Duration::Steps(12),
+        precision,
+        cap: Some(CAP),
+        evaluate: false,
+        ..TrainConfig::default()
+    };
+    config.optimizer.learning_rate = 3e-3;
+    config
+}
+
+/// Runs `config` to the end on the device `preference` gives; returns every event.
+async fn train(preference: Preference, config: TrainConfig) -> (String, Vec<TrainEvent>) {
+    let acquired = device::acquire(preference).await.expect("a device");
+    let source = DataSource::open(&dataset_url(), config.stream.clone())
+        .await
+        .unwrap();
+    let mut trainer = Trainer::new(config, &source, acquired.device, acquired.backend).unwrap();
+    let mut progress = Progress::default();
+    let mut events = Vec::new();
+    while progress.summary().is_none() {
+        events.extend(progress.advance(&mut trainer, &source).await.unwrap());
+    }
+    (acquired.backend.to_string(), events)
+}
+
+fn losses(events: &[TrainEvent]) -> Vec<f32> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            TrainEvent::Step(step) => Some(step.loss),
+            _ => None,
+        })
+        .collect()
+}
+
+fn assert_learns(events: &[TrainEvent]) {
+    let losses = losses(events);
+    assert_eq!(losses.len(), 12, "{losses:?}");
+    let first = losses[..3].iter().sum::<f32>() / 3.0;
+    let last = losses[losses.len() - 3..].iter().sum::<f32>() / 3.0;
+    assert!(last < first * 0.8, "the loss did not fall: {losses:?}");
+}
+
+#[wasm_bindgen_test]
+async fn webgpu_training_lowers_the_loss_with_every_memory_sample_under_the_cap() {
+    let (backend, events) = train(Preference::WebGpu, config(Precision::F32)).await;
+    assert_eq!(backend, "webgpu");
+    assert_learns(&events);
+    for event in &events {
+        if let TrainEvent::Step(step) = event {
+            let reserved = step.memory.gpu_bytes_reserved.expect("WebGPU reports its pool");
+            assert!(
+                reserved > 0 && step.memory.gpu_bytes_in_use.unwrap() > 0,
+                "{:?}",
+                step.memory
+            );
+            assert!(
+                step.memory.data_bytes_held > 0 || step.step > 1,
+                "{:?}",
+                step.memory
+            );
+            assert!(reserved + step.memory.data_bytes_held <= CAP, "{:?}", step.memory);
+            assert!(step.memory.host_bytes.unwrap() > 0);
+        }
+    }
+}
+
+#[wasm_bindgen_test]
+async fn the_cpu_fallback_trains_the_same_model() {
+    let (backend, events) = train(Preference::Cpu, config(Precision::F32)).await;
+    assert_eq!(backend, "ndarray");
+    assert_learns(&events);
+    let TrainEvent::Step(first) = &events[1] else {
+        panic!("{:?}", events[1])
+    };
+    assert_eq!(
+        first.memory.gpu_bytes_reserved, None,
+        "ndarray has no device pool"
+    );
+    assert!(first.memory.host_bytes.unwrap() > 0, "the wasm memory is sampled");
+}
+
+#[wasm_bindgen_test]
+async fn f16_without_shader_f16_falls_back_to_f32_and_says_so() {
+    let (_, adapter) = device::webgpu().await.unwrap();
+    let (_, events) = train(Preference::WebGpu, config(Precision::F16)).await;
+    let TrainEvent::Started(started) = &events[0] else {
+        panic!("{:?}", events[0])
+    };
+    if adapter.shader_f16 {
+        assert_eq!(started.precision, Precision::F16);
+        assert_eq!(started.precision_note, None);
+    } else {
+        assert_eq!(started.precision, Precision::F32);
+        let note = started
+            .precision_note
+            .as_deref()
+            .expect("the fallback is explained");
+        assert!(note.contains("shader-f16"), "{note}");
+    }
+    assert_learns(&events);
+}
