@@ -1,106 +1,267 @@
-// The page: reads the controls, asks the worker, shows what comes back.
+// The page: reads the controls, drives the worker, plots what comes back.
+import { Charts } from "./charts.js";
+import { listDatasets, offerF16, onModelChange, readRun } from "./controls.js";
+import { fillTable, formatBytes } from "./format.js";
+import { sampleHeap } from "./heap.js";
 import { Reply, Request } from "./protocol.js";
+import { showStreamError, showStreamed, wireStreamPanel } from "./stream-panel.js";
 
-const form = document.getElementById("stream-form");
-const button = document.getElementById("stream");
-const status = document.getElementById("status");
-const table = document.getElementById("figures");
-const datasetSelect = document.getElementById("dataset");
+const $ = (id) => document.getElementById(id);
+const PLAN_DELAY_MS = 300;
 
-const worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
-worker.onerror = (event) => showError(`The worker failed: ${event.message ?? "unknown error"}`);
+const charts = new Charts({ loss: $("loss-chart"), accuracy: $("accuracy-chart"), memory: $("memory-chart") });
+// Everything the run reported, in order: the metrics download, and what tests read.
+const log = [];
+const page = { state: "loading", charts, log };
+window.playground = page;
+
+let worker;
+let planTimer;
+
+function post(message) {
+  worker.postMessage(message);
+}
+
+function setState(state) {
+  page.state = state;
+  const idle = state === "ready" || state === "ended";
+  $("start").disabled = !idle;
+  $("pause").disabled = state !== "running";
+  $("resume").disabled = state !== "paused";
+  $("stop").disabled = state !== "running" && state !== "paused";
+  $("export-model").disabled = !(state === "paused" || (state === "ended" && page.trained));
+  $("export-metrics").disabled = log.length === 0;
+  $("stream").disabled = state === "loading";
+}
 
 function showStatus(text) {
-  status.textContent = text;
-  status.classList.remove("error");
+  $("status").textContent = text;
+  $("status").classList.remove("error");
 }
 
-function showError(text) {
-  status.textContent = text;
-  status.classList.add("error");
-  button.disabled = false;
+/// The message, and what to do about it.
+function explain(message) {
+  const advice = [
+    [/navigator\.gpu is missing|no usable WebGPU/, "Choose the CPU backend, or open the page in a browser with WebGPU."],
+    [/HTTP status 404/, "The dataset is not on the server: run headroom prepare (web/play does it)."],
+    [/Network|Failed to fetch|NetworkError|timed out/i, "Is headroom serve still running?"],
+    [/device was lost/, "A fresh worker is ready: press Start to train again."],
+    [/unreachable|RuntimeError/, "The training module crashed; a fresh worker is ready: press Start to try again."],
+  ].find(([pattern]) => pattern.test(message));
+  return advice ? `${message}. ${advice[1]}` : message;
 }
 
-function formatBytes(bytes) {
-  const units = ["B", "KiB", "MiB", "GiB"];
-  let value = bytes;
-  let unit = 0;
-  while (value >= 1024 && unit < units.length - 1) {
-    value /= 1024;
-    unit += 1;
+function showError(message) {
+  $("status").textContent = explain(message);
+  $("status").classList.add("error");
+}
+
+function showDevice(report) {
+  const a = report.adapter;
+  const rows = [["Backend", report.backend === "webgpu" ? "WebGPU" : "CPU (burn ndarray, wasm SIMD)"]];
+  if (report.fallback_reason) rows.push(["Why not WebGPU", report.fallback_reason]);
+  if (a) {
+    rows.push(
+      ["Adapter", a.name || "(not disclosed)"],
+      ["Type", `${a.device_type} via ${a.backend}`],
+      ["Driver", a.driver || "—"],
+      ["shader-f16", a.shader_f16 ? "yes" : "no: f16 storage falls back to f32"],
+      ["Max buffer", formatBytes(a.max_buffer_size)],
+      ["Max storage binding", formatBytes(a.max_storage_buffer_binding_size)],
+      ["Storage buffers per stage", a.max_storage_buffers_per_shader_stage],
+      ["Invocations per workgroup", a.max_compute_invocations_per_workgroup],
+      ["Workgroup storage", formatBytes(a.max_compute_workgroup_storage_size)],
+      ["Limits requested", "all the adapter offers (cubecl asks for them)"],
+    );
   }
-  return unit === 0 ? `${bytes} B` : `${value.toFixed(1)} ${units[unit]}`;
+  fillTable($("adapter"), rows);
+  const reason = a ? "this adapter lacks shader-f16" : "the CPU backend has no f16 kernels";
+  offerF16(Boolean(a?.shader_f16), reason);
 }
 
-function showFigures(manifest, figures) {
-  const rows = [
-    ["Dataset", `${manifest.name} (${manifest.class_names.length} classes)`],
-    ["Samples", `${figures.samples} in ${figures.batches} batches`],
-    ["Time", `${figures.seconds.toFixed(2)} s`],
-    ["Samples/s", Math.round(figures.samples_per_sec).toLocaleString("en")],
-    ["Chunks fetched", `${figures.transport.chunks_fetched} (${formatBytes(figures.transport.bytes_fetched)} over the wire)`],
-    ["Retries", figures.transport.retries],
-    ["Data pipeline peak", formatBytes(figures.memory.peak_bytes_held)],
-    ["Bound (prefetch + 1 chunks)", formatBytes(figures.memory.bound_bytes)],
-    ["Order digest", figures.order_digest.slice(0, 16)],
-  ];
-  const body = table.tBodies[0];
-  body.replaceChildren(
-    ...rows.map(([name, value]) => {
-      const row = document.createElement("tr");
-      row.dataset.figure = name;
-      const th = document.createElement("th");
-      th.textContent = name;
-      const td = document.createElement("td");
-      td.textContent = value;
-      row.append(th, td);
-      return row;
-    }),
-  );
-  table.dataset.figures = JSON.stringify(figures);
-  table.hidden = false;
+function showPlan(preview) {
+  const chosen = preview.chosen;
+  const plan = $("plan");
+  plan.classList.toggle("refused", !chosen);
+  if (!chosen) {
+    plan.textContent = `Nothing fits: ${preview.refusal}`;
+    return;
+  }
+  const cap = preview.plan.cap;
+  const setting = `micro-batch ${chosen.micro_batch} × ${chosen.accumulation_steps} accumulation step(s), ${chosen.precision}${chosen.checkpointing ? ", checkpointing" : ""}`;
+  const peak = `predicted peak ${formatBytes(chosen.predicted_peak)} (device ${formatBytes(chosen.predicted_peak - chosen.breakdown.data)}, data ${formatBytes(chosen.breakdown.data)})`;
+  const against = cap ? ` of the ${formatBytes(cap)} cap` : " (no cap)";
+  const note = preview.precision_note ? ` Note: ${preview.precision_note}.` : "";
+  plan.textContent = `Plan: ${setting}; ${peak}${against}.${note}`;
+  plan.dataset.predictedPeak = chosen.predicted_peak;
 }
 
-worker.onmessage = ({ data }) => {
+function schedulePlan() {
+  clearTimeout(planTimer);
+  planTimer = setTimeout(() => {
+    if (page.state === "loading") return;
+    try {
+      post({ type: Request.PLAN, ...readRun() });
+    } catch (error) {
+      $("plan").textContent = error.message;
+      $("plan").classList.add("refused");
+    }
+  }, PLAN_DELAY_MS);
+}
+
+function onEvents(events, at) {
+  for (const event of events) {
+    log.push({ at, ...event });
+    switch (event.event) {
+      case "started":
+        page.total = event.total_steps;
+        charts.startRun(at, event.cap, event.predicted_peak);
+        if (event.precision_note) showStatus(`Training (${event.precision_note}).`);
+        break;
+      case "step":
+        page.trained = true;
+        charts.addStep(event.step, event.loss);
+        charts.addMemory(at, event.memory);
+        $("progress").textContent = `Step ${event.step} of ${page.total} · loss ${event.loss.toFixed(4)} · ${Math.round(event.samples_per_sec)} samples/s · micro-batch ${event.micro_batch}${event.loss_scale ? ` · loss scale ${event.loss_scale}` : ""}`;
+        break;
+      case "eval":
+        charts.addEval(event.step, event.loss, event.accuracy);
+        break;
+      case "enforced":
+        charts.addMarker(at, `micro-batch ${event.from_micro_batch}→${event.to_micro_batch}`);
+        break;
+      case "finished":
+        page.summary = event;
+        break;
+    }
+  }
+  $("export-metrics").disabled = false;
+}
+
+function describeEnd(stopped) {
+  const s = page.summary;
+  if (stopped || !s) return "Stopped.";
+  const accuracy = s.eval ? `, test accuracy ${(s.eval.accuracy * 100).toFixed(2)}%` : "";
+  return `Finished: ${s.steps} steps, final loss ${s.final_loss.toFixed(4)}${accuracy}, ${Math.round(s.samples_per_sec)} samples/s, peak ${formatBytes((s.peak_memory.gpu_bytes_reserved ?? 0) + s.peak_memory.data_bytes_held)} counted against the cap.`;
+}
+
+function download(name, parts, type) {
+  const url = URL.createObjectURL(new Blob(parts, { type }));
+  const link = Object.assign(document.createElement("a"), { href: url, download: name });
+  link.click();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
+function onMessage({ data }) {
   switch (data.type) {
     case Reply.READY:
       showStatus("Ready.");
-      button.disabled = false;
+      setState("ready");
+      post({ type: Request.DESCRIBE, backend: $("backend").value });
+      schedulePlan();
+      break;
+    case Reply.DEVICE:
+      showDevice(data.report);
+      break;
+    case Reply.PLANNED:
+      showPlan(data.preview);
+      showDevice(data.preview.device);
+      break;
+    case Reply.STARTED:
+      showDevice(data.device);
+      showStatus("Training…");
+      setState("running");
+      break;
+    case Reply.EVENTS:
+      onEvents(data.events, data.at);
+      break;
+    case Reply.MEMORY:
+      log.push({ event: "memory", at: data.at, ...data.sample });
+      charts.addMemory(data.at, data.sample);
+      break;
+    case Reply.PAUSED:
+      showStatus("Paused.");
+      setState("paused");
+      break;
+    case Reply.RESUMED:
+      showStatus("Training…");
+      setState("running");
+      break;
+    case Reply.ENDED:
+      showStatus(describeEnd(data.stopped));
+      setState("ended");
+      break;
+    case Reply.MODEL:
+      download("headroom-model.bpk", [data.bytes], "application/octet-stream");
       break;
     case Reply.STREAMED:
-      showStatus("Done: every chunk arrived and passed its checksum.");
-      showFigures(data.manifest, data.figures);
-      button.disabled = false;
+      showStreamed(data.manifest, data.figures);
       break;
     case Reply.ERROR:
-      showError(data.message);
+      onError(data);
       break;
   }
-};
-
-async function listDatasets() {
-  const response = await fetch("data/index.json");
-  if (!response.ok) throw new Error(`data/index.json: HTTP ${response.status} (run headroom prepare)`);
-  const { datasets } = await response.json();
-  datasetSelect.replaceChildren(
-    ...datasets.map(({ path, name, train, test }) => new Option(`${name} (${train} + ${test})`, `data/${path}`)),
-  );
 }
 
-form.addEventListener("submit", (event) => {
-  event.preventDefault();
-  const number = (id) => Number(document.getElementById(id).value);
-  button.disabled = true;
-  table.hidden = true;
-  showStatus("Streaming…");
-  worker.postMessage({
-    type: Request.STREAM,
-    url: new URL(datasetSelect.value, document.baseURI).href,
-    split: document.getElementById("split").value,
-    batch: number("batch"),
-    options: { prefetch: number("prefetch"), seed: number("seed") },
-  });
-});
+function onError({ request, message }) {
+  if (request === Request.PLAN) {
+    $("plan").textContent = explain(message);
+    $("plan").classList.add("refused");
+  } else if (request === Request.STREAM) {
+    showStreamError(explain(message));
+  } else if (request === Request.START) {
+    // A failed run may leave the wasm instance unusable (a panic, a lost device): start over.
+    startWorker();
+    showError(message);
+    setState("ended");
+  } else {
+    showError(message);
+  }
+}
 
-button.disabled = true;
-listDatasets().catch((error) => showError(`No datasets: ${error.message}`));
+function startWorker() {
+  worker?.terminate();
+  setState("loading");
+  worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
+  worker.onmessage = onMessage;
+  worker.onerror = (event) => {
+    showError(`The worker failed: ${event.message ?? "unknown error"}`);
+    setState("ended");
+  };
+}
+
+$("start").addEventListener("click", () => {
+  let run;
+  try {
+    run = readRun();
+  } catch (error) {
+    showError(error.message);
+    return;
+  }
+  charts.reset();
+  log.length = 0;
+  log.push({ event: "config", at: Date.now(), ...run });
+  page.summary = null;
+  page.trained = false;
+  $("progress").textContent = "";
+  showStatus("Starting…");
+  setState("starting");
+  post({ type: Request.START, ...run });
+});
+$("pause").addEventListener("click", () => post({ type: Request.PAUSE }));
+$("resume").addEventListener("click", () => post({ type: Request.RESUME }));
+$("stop").addEventListener("click", () => post({ type: Request.STOP }));
+$("export-model").addEventListener("click", () => post({ type: Request.EXPORT }));
+$("export-metrics").addEventListener("click", () =>
+  download("headroom-metrics.jsonl", log.map((entry) => `${JSON.stringify(entry)}\n`), "application/x-ndjson"),
+);
+$("model").addEventListener("change", onModelChange);
+$("run-form").addEventListener("input", schedulePlan);
+$("run-form").addEventListener("change", schedulePlan);
+$("backend").addEventListener("change", () => post({ type: Request.DESCRIBE, backend: $("backend").value }));
+$("run-form").addEventListener("submit", (event) => event.preventDefault());
+wireStreamPanel(post);
+sampleHeap(({ bytes }) => charts.setHeap(bytes));
+
+startWorker();
+listDatasets().then(schedulePlan, (error) => showError(`No datasets: ${error.message}`));

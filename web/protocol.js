@@ -1,15 +1,54 @@
-// The worker protocol, in one place. The page posts requests; the worker answers each
-// with exactly one reply.
+// The worker protocol, in one place.
 //
 // Requests (page -> worker):
-//   { type: "stream", url: string (absolute dataset URL), split: "train" | "test",
-//     batch: number, options: { prefetch: number, seed: number } }
+//   { type: "describe", backend }                      which device a run would get
+//   { type: "plan", url, config, backend }             the planner's preview
+//   { type: "start", url, config, backend }            start a run
+//   { type: "pause" } { type: "resume" } { type: "stop" }
+//   { type: "export" }                                 the model as a burnpack file
+//   { type: "stream", url, split, batch, options }     read one epoch, no training
 // Replies (worker -> page):
-//   { type: "ready" }                                   once the wasm module is loaded
-//   { type: "streamed", manifest: Manifest, figures: EpochFigures }
-//   { type: "error", message: string }                  any failure, in plain words
+//   { type: "ready" }                                  once the wasm module is loaded
+//   { type: "device", report }                         answers describe
+//   { type: "planned", preview }                       answers plan
+//   { type: "started", device }                        the run's device; events follow
+//   { type: "events", events, at }                     TrainEvents of one step (at: ms epoch)
+//   { type: "memory", sample, at }                     a MemorySample between steps
+//   { type: "paused" }                                 the run rests between two steps
+//   { type: "resumed" }
+//   { type: "ended", stopped }                         the run finished or was stopped
+//   { type: "model", bytes }                           answers export (Uint8Array)
+//   { type: "streamed", manifest, figures }            answers stream
+//   { type: "error", request, message }                any failure, in plain words
 //
-// Manifest and EpochFigures are the Rust structs of the same names, serialized by serde.
+// config is the Rust TrainConfig; events, samples, previews and figures are the Rust
+// structs of the same names, serialized by serde.
 
-export const Request = Object.freeze({ STREAM: "stream" });
-export const Reply = Object.freeze({ READY: "ready", STREAMED: "streamed", ERROR: "error" });
+export const Request = Object.freeze({
+  DESCRIBE: "describe",
+  PLAN: "plan",
+  START: "start",
+  PAUSE: "pause",
+  RESUME: "resume",
+  STOP: "stop",
+  EXPORT: "export",
+  STREAM: "stream",
+});
+
+export const Reply = Object.freeze({
+  READY: "ready",
+  DEVICE: "device",
+  PLANNED: "planned",
+  STARTED: "started",
+  EVENTS: "events",
+  MEMORY: "memory",
+  PAUSED: "paused",
+  RESUMED: "resumed",
+  ENDED: "ended",
+  MODEL: "model",
+  STREAMED: "streamed",
+  ERROR: "error",
+});
+
+/// How often the worker samples memory between steps.
+export const MEMORY_SAMPLE_MS = 250;

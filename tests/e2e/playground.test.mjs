@@ -1,73 +1,113 @@
 // The playground in real headless Chromium against a real `headroom serve`.
 // tests/run-all sets HEADROOM_BIN and builds static/pkg and static/data first.
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { mkdirSync } from "node:fs";
-import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
+import { mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { fileURLToPath } from "node:url";
+import { launchChromium, openPlayground, repo, serve, setRun } from "../../web/harness.mjs";
 
-const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
-// The front end's npm packages live in web/ (web/package.json), not beside the tests.
-const { chromium } = createRequire(join(repo, "web", "package.json"))("playwright-core");
 const artifacts = join(repo, "tests", "artifacts");
-const chromiumArgs = [
-  "--enable-unsafe-webgpu",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-  "--no-first-run",
-  "--no-sandbox",
-];
+const MIB = 1024 * 1024;
+const TRAIN_STEPS = 40;
 
 let server;
-let baseUrl;
 let browser;
 
 before(async () => {
-  const binary = process.env.HEADROOM_BIN;
-  assert.ok(binary, "HEADROOM_BIN must name the headroom binary (tests/run-all sets it)");
-  server = spawn(binary, ["serve", "--addr", "127.0.0.1:0", "--root", "static", "--web", "web"], { cwd: repo });
-  baseUrl = await new Promise((resolve, reject) => {
-    server.stdout.on("data", (text) => {
-      const match = /http:\/\/127\.0\.0\.1:\d+\//.exec(String(text));
-      if (match) resolve(match[0]);
-    });
-    server.on("exit", (code) => reject(new Error(`headroom serve exited with ${code}`)));
-  });
-  browser = await chromium.launch({ executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium", args: chromiumArgs });
+  assert.ok(process.env.HEADROOM_BIN, "HEADROOM_BIN must name the headroom binary (tests/run-all sets it)");
+  server = await serve();
+  browser = await launchChromium();
   mkdirSync(artifacts, { recursive: true });
 });
 
 after(async () => {
   await browser?.close();
-  server?.kill();
+  server?.stop();
 });
 
-async function openPage() {
-  const page = await browser.newPage({ viewport: { width: 1100, height: 760 } });
-  const problems = [];
-  page.on("console", (message) => message.type() === "error" && problems.push(message.text()));
-  page.on("pageerror", (error) => problems.push(error.message));
-  await page.goto(baseUrl);
-  await page.waitForFunction(() => document.getElementById("status").textContent === "Ready.");
-  return { page, problems };
+const openPage = () => openPlayground(browser, server.url);
+
+async function downloaded(page, button) {
+  const [download] = await Promise.all([page.waitForEvent("download"), page.click(button)]);
+  return readFileSync(await download.path());
 }
 
-test("the page streams real Fashion-MNIST chunks in a worker, checksummed and within the bound", async () => {
+const mean = (values) => values.reduce((a, b) => a + b, 0) / values.length;
+
+test("the MLP trains on Fashion-MNIST chunks on WebGPU under a 256 MiB cap, and the page stays responsive", async () => {
   const { page, problems } = await openPage();
   assert.equal(await page.evaluate(() => crossOriginIsolated), true, "the page must be cross-origin isolated");
+  await setRun(page, { dataset: "data/fashion-mnist", backend: "webgpu", cap: 256, steps: TRAIN_STEPS });
+  await page.waitForFunction(() => /^Plan: /.test(document.getElementById("plan").textContent));
+  assert.match(await page.textContent("#plan"), /of the 256\.0 MiB cap/);
+  await page.click("#start");
+  await page.waitForFunction(() => playground.charts.steps.x.length >= 5, null, { timeout: 120000 });
+
+  // The page answers a click while the worker trains: pause lands between two steps.
+  const clicked = Date.now();
+  await page.click("#pause");
+  await page.waitForFunction(() => document.getElementById("status").textContent === "Paused.");
+  const pauseMs = Date.now() - clicked;
+  const frameMs = await page.evaluate(() => {
+    const asked = performance.now();
+    return new Promise((resolve) => requestAnimationFrame(() => resolve(performance.now() - asked)));
+  });
+  const stepsWhilePaused = await page.evaluate(() => playground.charts.steps.x.length);
+  const modelFile = await downloaded(page, "#export-model");
+  assert.ok(modelFile.length > 784 * 256 * 4, `the model file holds the weights: ${modelFile.length} bytes`);
+  await page.click("#resume");
+  await page.waitForFunction(() => playground.state === "ended", null, { timeout: 300000 });
+  assert.match(await page.textContent("#status"), /^Finished: 40 steps/);
+
+  const losses = await page.evaluate(() => playground.charts.steps.train.filter((loss) => loss !== null));
+  assert.equal(losses.length, TRAIN_STEPS);
+  assert.ok(mean(losses.slice(-5)) < 0.75 * mean(losses.slice(0, 5)), `the loss did not fall: ${losses}`);
+  const samples = await page.evaluate(() => playground.charts.samples);
+  assert.ok(samples.length > TRAIN_STEPS, `memory was sampled between steps too: ${samples.length}`);
+  for (const sample of samples) {
+    assert.ok(sample.gpu_bytes_reserved > 0, JSON.stringify(sample));
+    assert.ok(sample.gpu_bytes_reserved + sample.data_bytes_held <= 256 * MIB, JSON.stringify(sample));
+  }
+  const accuracy = await page.evaluate(() => playground.charts.acc.y.at(-1));
+  assert.ok(accuracy > 0.5, `test accuracy after ${TRAIN_STEPS} steps: ${accuracy}`);
+  assert.ok(pauseMs < 10000, `pause took ${pauseMs} ms`);
+  assert.ok(frameMs < 250, `a frame took ${frameMs} ms while training`);
+  assert.ok(stepsWhilePaused < TRAIN_STEPS, "paused before the end");
+
+  const metrics = String(await downloaded(page, "#export-metrics")).trim().split("\n").map((line) => JSON.parse(line));
+  assert.equal(metrics.filter((entry) => entry.event === "step").length, TRAIN_STEPS);
+  assert.ok(metrics.some((entry) => entry.event === "finished"));
+  await page.screenshot({ path: join(artifacts, "playground.png"), fullPage: true });
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test("a cap too small for any plan is refused before training, naming the cap that fits", async () => {
+  const { page, problems } = await openPage();
   await page.selectOption("#dataset", "data/fashion-mnist");
+  await page.fill("#cap", "1");
+  await page.waitForSelector("#plan.refused");
+  assert.match(await page.textContent("#plan"), /Nothing fits: .*cap of 1\.0 MiB.*/);
+  await page.click("#start");
+  await page.waitForSelector("#status.error");
+  assert.match(await page.textContent("#status"), /1\.0 MiB/);
+  assert.equal(await page.isEnabled("#start"), true, "the page stays usable after an error");
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test("the data pipeline check streams real Fashion-MNIST chunks in the worker, within the bound", async () => {
+  const { page, problems } = await openPage();
+  await page.selectOption("#dataset", "data/fashion-mnist");
+  await page.click("summary");
   await page.click("#stream");
-  await page.waitForFunction(() => !document.getElementById("figures").hidden || document.getElementById("status").classList.contains("error"));
-  assert.match(await page.textContent("#status"), /^Done/);
+  await page.waitForFunction(() => !document.getElementById("figures").hidden || document.getElementById("stream-status").classList.contains("error"));
+  assert.match(await page.textContent("#stream-status"), /^Done/);
   const figures = JSON.parse(await page.getAttribute("#figures", "data-figures"));
   assert.equal(figures.samples, 60000);
   assert.equal(figures.transport.retries, 0);
   assert.ok(figures.memory.peak_bytes_held > 0);
   assert.ok(figures.memory.peak_bytes_held <= figures.memory.bound_bytes, JSON.stringify(figures.memory));
-  await page.screenshot({ path: join(artifacts, "playground.png"), fullPage: true });
   assert.deepEqual(problems, []);
   await page.close();
 });
@@ -77,11 +117,11 @@ test("a dataset that is not there is reported in plain words on the page", async
   await page.evaluate(() => document.getElementById("dataset").append(new Option("missing", "data/no-such-dataset")));
   await page.selectOption("#dataset", "data/no-such-dataset");
   await page.fill("#prefetch", "1");
-  await page.click("#stream");
-  await page.waitForSelector("#status.error", { timeout: 30000 });
-  const message = await page.textContent("#status");
+  await page.waitForSelector("#plan.refused", { timeout: 30000 });
+  const message = await page.textContent("#plan");
   assert.match(message, /no-such-dataset\/manifest\.json/);
   assert.match(message, /HTTP status 404/);
-  assert.equal(await page.isEnabled("#stream"), true, "the page stays usable after an error");
+  assert.match(message, /headroom prepare/);
+  assert.equal(await page.isEnabled("#start"), true, "the page stays usable after an error");
   await page.close();
 });

@@ -1,0 +1,73 @@
+// The playground's figures in headless Chromium: steady samples/s, peak device bytes,
+// page load to first step, wasm size. Each case runs in a fresh browser.
+//   node web/bench.mjs            (after web/build-wasm and cargo build --bin headroom)
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { gzipSync } from "node:zlib";
+import { launchChromium, openPlayground, repo, serve, setRun } from "./harness.mjs";
+
+const WARMUP_STEPS = 3;
+const cases = [
+  { name: "MLP 784-256-10, batch 256", model: "mlp", layers: "256", batch: 256, steps: 20 },
+  { name: "CNN 8,16 channels, batch 64", model: "cnn", layers: "8,16", batch: 64, steps: 12 },
+];
+const backends = (process.env.BENCH_BACKENDS ?? "webgpu,cpu").split(",");
+
+const median = (values) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)];
+};
+const mib = (bytes) => (bytes == null ? "—" : (bytes / 2 ** 20).toFixed(1));
+
+async function measure(server, run, backend) {
+  const browser = await launchChromium();
+  try {
+    const loadStarted = Date.now();
+    const { page, problems } = await openPlayground(browser, server.url);
+    await setRun(page, { dataset: "data/fashion-mnist", backend, cap: "", model: run.model, layers: run.layers, batch: run.batch, steps: run.steps });
+    await page.evaluate(() => (document.getElementById("micro-batch").value = "auto"));
+    await page.click("#start");
+    await page.waitForFunction(() => playground.state === "ended", null, { timeout: 600000 });
+    const log = await page.evaluate(() => playground.log);
+    const steps = log.filter((entry) => entry.event === "step");
+    if (steps.length !== run.steps) throw new Error(`${run.name} on ${backend}: ${await page.textContent("#status")}`);
+    const memory = log.filter((entry) => entry.event === "step" || entry.event === "memory").map((e) => e.memory ?? e);
+    const config = log.find((entry) => entry.event === "config");
+    const started = log.find((entry) => entry.event === "started");
+    return {
+      case: run.name,
+      backend: started.backend,
+      samples_per_sec: median(steps.slice(WARMUP_STEPS).map((s) => s.samples_per_sec)),
+      load_to_first_step_s: (steps[0].at - loadStarted) / 1000,
+      start_to_first_step_s: (steps[0].at - config.at) / 1000,
+      peak_gpu_reserved: Math.max(...memory.map((m) => m.gpu_bytes_reserved ?? 0)) || null,
+      peak_gpu_in_use: Math.max(...memory.map((m) => m.gpu_bytes_in_use ?? 0)) || null,
+      peak_wasm_memory: Math.max(...memory.map((m) => m.host_bytes ?? 0)),
+      predicted_peak: started.predicted_peak,
+      final_loss: steps.at(-1).loss,
+      console_errors: problems.length,
+    };
+  } finally {
+    await browser.close();
+  }
+}
+
+const server = await serve();
+const results = [];
+try {
+  for (const run of cases) {
+    for (const backend of backends) results.push(await measure(server, run, backend));
+  }
+} finally {
+  server.stop();
+}
+const wasm = readFileSync(join(repo, "static", "pkg", "headroom_bg.wasm"));
+console.log(`wasm: ${mib(wasm.length)} MiB raw, ${mib(gzipSync(wasm, { level: 9 }).length)} MiB gzip -9`);
+console.log("| case | backend | samples/s | load → 1st step | Start → 1st step | peak reserved | peak in use | predicted | wasm memory |");
+console.log("|---|---|---|---|---|---|---|---|---|");
+for (const r of results) {
+  console.log(
+    `| ${r.case} | ${r.backend} | ${r.samples_per_sec.toFixed(0)} | ${r.load_to_first_step_s.toFixed(1)} s | ${r.start_to_first_step_s.toFixed(1)} s | ${mib(r.peak_gpu_reserved)} MiB | ${mib(r.peak_gpu_in_use)} MiB | ${mib(r.predicted_peak)} MiB | ${mib(r.peak_wasm_memory)} MiB |`,
+  );
+}
+console.log(JSON.stringify({ wasm_bytes: wasm.length, wasm_gzip_bytes: gzipSync(wasm, { level: 9 }).length, results }));

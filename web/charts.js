@@ -1,0 +1,197 @@
+// Live charts with uPlot: loss and accuracy by step, memory by time. Data arrives
+// many times a second; the charts redraw at most every REDRAW_MS.
+import uPlot from "./node_modules/uplot/dist/uPlot.esm.js";
+import { toMiB } from "./format.js";
+
+const REDRAW_MS = 250;
+const WIDTH_NARROW = 520;
+const WIDTH_WIDE = 1080;
+
+const colors = {
+  train: "#2857d8",
+  test: "#d8572a",
+  inUse: "#2857d8",
+  cached: "#7f9ce8",
+  data: "#31a354",
+  wasm: "#8e44ad",
+  js: "#b8860b",
+  cap: "#b3261e",
+  predicted: "#555",
+};
+
+function line(label, stroke, extra = {}) {
+  return { label, stroke, width: 1.5, spanGaps: true, ...extra };
+}
+
+function mib(label, stroke, fill) {
+  return line(label, stroke, { fill, value: (u, v) => (v == null ? "—" : `${v.toFixed(1)} MiB`) });
+}
+
+/// Vertical markers where the enforcer changed the micro-batch.
+function markersPlugin(markers) {
+  return {
+    hooks: {
+      draw: [
+        (u) => {
+          const { ctx } = u;
+          ctx.save();
+          ctx.strokeStyle = colors.cap;
+          ctx.fillStyle = colors.cap;
+          ctx.setLineDash([4, 3]);
+          ctx.font = `${11 * devicePixelRatio}px system-ui`;
+          for (const { x, label } of markers) {
+            const px = u.valToPos(x, "x", true);
+            ctx.beginPath();
+            ctx.moveTo(px, u.bbox.top);
+            ctx.lineTo(px, u.bbox.top + u.bbox.height);
+            ctx.stroke();
+            ctx.fillText(label, px + 4, u.bbox.top + 12 * devicePixelRatio);
+          }
+          ctx.restore();
+        },
+      ],
+    },
+  };
+}
+
+export class Charts {
+  constructor({ loss, accuracy, memory }) {
+    this.markers = [];
+    this.loss = new uPlot(
+      {
+        width: WIDTH_NARROW,
+        height: 220,
+        scales: { x: { time: false } },
+        series: [{ label: "step" }, line("train loss", colors.train), line("test loss", colors.test, { points: { show: true } })],
+      },
+      [[], [], []],
+      loss,
+    );
+    this.accuracy = new uPlot(
+      {
+        width: WIDTH_NARROW,
+        height: 220,
+        scales: { x: { time: false }, y: { range: [0, 1] } },
+        series: [{ label: "step" }, line("test accuracy", colors.test, { points: { show: true } })],
+      },
+      [[], []],
+      accuracy,
+    );
+    this.memory = new uPlot(
+      {
+        width: WIDTH_WIDE,
+        height: 280,
+        scales: { x: { time: false } },
+        axes: [{ label: "seconds" }, { label: "MiB" }],
+        series: [
+          { label: "s", value: (u, v) => (v == null ? "—" : v.toFixed(1)) },
+          mib("device in use", colors.inUse, "rgba(40,87,216,.35)"),
+          mib("+ device cached", colors.cached, "rgba(127,156,232,.25)"),
+          mib("+ data pipeline", colors.data, "rgba(49,163,84,.25)"),
+          mib("wasm memory", colors.wasm),
+          mib("page JS heap", colors.js),
+          mib("cap", colors.cap, undefined),
+          mib("predicted peak", colors.predicted, undefined),
+        ],
+        bands: [
+          { series: [2, 1], fill: "rgba(127,156,232,.25)" },
+          { series: [3, 2], fill: "rgba(49,163,84,.25)" },
+        ],
+        plugins: [markersPlugin(this.markers)],
+      },
+      [[], [], [], [], [], [], [], []],
+      memory,
+    );
+    this.memory.series[6].dash = [6, 4];
+    this.memory.series[7].dash = [2, 3];
+    this.reset();
+  }
+
+  reset() {
+    this.steps = { x: [], train: [], test: [] };
+    this.acc = { x: [], y: [] };
+    // Bytes as sampled, kept for tests and the metrics file: what the chart plots.
+    this.samples = [];
+    this.heapBytes = null;
+    this.cap = null;
+    this.predicted = null;
+    this.markers.length = 0;
+    this.start = null;
+    this.dirty = true;
+    this.redraw();
+  }
+
+  startRun(atMs, cap, predicted) {
+    this.start = atMs;
+    this.cap = cap;
+    this.predicted = predicted;
+  }
+
+  seconds(atMs) {
+    return (atMs - (this.start ?? atMs)) / 1000;
+  }
+
+  addStep(step, loss) {
+    this.steps.x.push(step);
+    this.steps.train.push(loss);
+    this.steps.test.push(null);
+    this.touch();
+  }
+
+  addEval(step, loss, accuracy) {
+    const last = this.steps.x.length - 1;
+    if (last >= 0 && this.steps.x[last] === step) {
+      this.steps.test[last] = loss;
+    } else {
+      this.steps.x.push(step);
+      this.steps.train.push(null);
+      this.steps.test.push(loss);
+    }
+    this.acc.x.push(step);
+    this.acc.y.push(accuracy);
+    this.touch();
+  }
+
+  addMemory(atMs, sample) {
+    this.samples.push({ seconds: this.seconds(atMs), ...sample, js_heap_bytes: this.heapBytes });
+    this.touch();
+  }
+
+  setHeap(bytes) {
+    this.heapBytes = bytes;
+  }
+
+  addMarker(atMs, label) {
+    this.markers.push({ x: this.seconds(atMs), label });
+    this.touch();
+  }
+
+  touch() {
+    this.dirty = true;
+    this.timer ??= setTimeout(() => {
+      this.timer = null;
+      this.redraw();
+    }, REDRAW_MS);
+  }
+
+  redraw() {
+    if (!this.dirty) return;
+    this.dirty = false;
+    this.loss.setData([this.steps.x, this.steps.train, this.steps.test]);
+    this.accuracy.setData([this.acc.x, this.acc.y]);
+    const s = this.samples;
+    const inUse = s.map((m) => toMiB(m.gpu_bytes_in_use));
+    const reserved = s.map((m) => toMiB(m.gpu_bytes_reserved));
+    const counted = s.map((m) => toMiB((m.gpu_bytes_reserved ?? 0) + m.data_bytes_held));
+    this.memory.setData([
+      s.map((m) => m.seconds),
+      inUse,
+      reserved,
+      counted,
+      s.map((m) => toMiB(m.host_bytes)),
+      s.map((m) => toMiB(m.js_heap_bytes)),
+      s.map(() => toMiB(this.cap)),
+      s.map(() => toMiB(this.predicted)),
+    ]);
+  }
+}

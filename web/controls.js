@@ -1,0 +1,79 @@
+// The run form: read into the Rust TrainConfig, with every bad value named.
+import { fromMiB } from "./format.js";
+
+const $ = (id) => document.getElementById(id);
+
+const LAYER_DEFAULTS = { mlp: ["Hidden widths", "256"], cnn: ["Channels", "8,16"] };
+
+export function onModelChange() {
+  const [label, value] = LAYER_DEFAULTS[$("model").value];
+  $("layers-label").textContent = label;
+  $("layers").value = value;
+}
+
+function positiveInteger(id, name) {
+  const value = Number($(id).value);
+  if (!Number.isInteger(value) || value < 1) throw new Error(`${name} must be a whole number of at least 1`);
+  return value;
+}
+
+function layers() {
+  const text = $("layers").value.trim();
+  const sizes = text.split(",").map((part) => Number(part.trim()));
+  if (text === "" || sizes.some((size) => !Number.isInteger(size) || size < 1)) {
+    throw new Error(`${$("layers-label").textContent} must be whole numbers separated by commas, like 256 or 8,16`);
+  }
+  return sizes;
+}
+
+/// The dataset URL, the TrainConfig and the backend the form describes.
+export function readRun() {
+  const model = $("model").value;
+  const microText = $("micro-batch").value.trim().toLowerCase();
+  const micro = microText === "auto" ? null : Number(microText);
+  if (micro !== null && !(Number.isInteger(micro) && micro >= 1)) throw new Error("Micro-batch must be auto or a whole number");
+  const capText = $("cap").value.trim();
+  const capMiB = capText === "" ? null : Number(capText);
+  if (capMiB !== null && !(capMiB > 0)) throw new Error("Memory cap must be a positive number of MiB (or empty for none)");
+  const learningRate = Number($("learning-rate").value);
+  if (!(learningRate > 0)) throw new Error("Learning rate must be positive");
+  const seed = Number($("seed").value);
+  if (!Number.isInteger(seed) || seed < 0) throw new Error("Seed must be a whole number");
+  const prefetch = Number($("prefetch").value);
+  if (!Number.isInteger(prefetch) || prefetch < 0) throw new Error("Prefetch must be a whole number of chunks");
+  const config = {
+    model: model === "mlp" ? { kind: "mlp", hidden: layers() } : { kind: "cnn", channels: layers() },
+    optimizer: { learning_rate: learningRate },
+    effective_batch: positiveInteger("effective-batch", "Effective batch"),
+    micro_batch: micro,
+    duration: { steps: positiveInteger("steps", "Steps") },
+    checkpointing: $("checkpointing").checked,
+    precision: $("precision").value,
+    cap: capMiB === null ? null : fromMiB(capMiB),
+    eval_every: 100,
+    seed,
+    stream: { prefetch, seed },
+  };
+  return { url: new URL($("dataset").value, document.baseURI).href, config, backend: $("backend").value };
+}
+
+/// f16 is offered only where the adapter has shader-f16.
+export function offerF16(available, reason) {
+  const option = $("precision").querySelector('option[value="f16"]');
+  option.disabled = !available;
+  option.title = available ? "" : reason;
+  option.textContent = available ? "f16" : `f16 (unavailable: ${reason})`;
+  if (!available && $("precision").value === "f16") $("precision").value = "f32";
+}
+
+export async function listDatasets() {
+  const response = await fetch("data/index.json");
+  if (!response.ok) throw new Error(`data/index.json: HTTP ${response.status} (run headroom prepare, or web/play)`);
+  const { datasets } = await response.json();
+  if (datasets.length === 0) throw new Error("no datasets prepared (run headroom prepare, or web/play)");
+  $("dataset").replaceChildren(
+    ...datasets.map(({ path, name, train, test }) => new Option(`${name} (${train} + ${test})`, `data/${path}`)),
+  );
+  const fashion = datasets.find(({ path }) => path === "fashion-mnist");
+  if (fashion) $("dataset").value = `data/${fashion.path}`;
+}

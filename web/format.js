@@ -1,0 +1,39 @@
+// Numbers as people read them.
+
+const MIB = 1024 * 1024;
+
+export function formatBytes(bytes) {
+  if (bytes == null) return "—";
+  const units = ["B", "KiB", "MiB", "GiB"];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${bytes} B` : `${value.toFixed(1)} ${units[unit]}`;
+}
+
+export function toMiB(bytes) {
+  return bytes == null ? null : bytes / MIB;
+}
+
+export function fromMiB(mib) {
+  return Math.round(mib * MIB);
+}
+
+/// A table body of [name, value] rows; each row carries its name in data-figure.
+export function fillTable(table, rows) {
+  table.tBodies[0].replaceChildren(
+    ...rows.map(([name, value]) => {
+      const row = document.createElement("tr");
+      row.dataset.figure = name;
+      const th = document.createElement("th");
+      th.textContent = name;
+      const td = document.createElement("td");
+      td.textContent = value;
+      row.append(th, td);
+      return row;
+    }),
+  );
+}

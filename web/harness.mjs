@@ -1,0 +1,58 @@
+// Node side of the browser tests and benchmark: a real `headroom serve` and Debian's
+// Chromium with real WebGPU (never a downloaded browser).
+import { spawn } from "node:child_process";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const repo = join(dirname(fileURLToPath(import.meta.url)), "..");
+const { chromium } = createRequire(join(repo, "web", "package.json"))("playwright-core");
+
+export const CHROMIUM_ARGS = [
+  "--enable-unsafe-webgpu",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+  "--no-first-run",
+  "--no-sandbox",
+];
+
+/// Serves static/ and web/ on a free port; resolves to { url, stop }.
+export function serve(binary = process.env.HEADROOM_BIN ?? join(repo, "target", "debug", "headroom")) {
+  const server = spawn(binary, ["serve", "--addr", "127.0.0.1:0", "--root", "static", "--web", "web"], { cwd: repo });
+  return new Promise((resolve, reject) => {
+    server.on("error", reject);
+    server.on("exit", (code) => reject(new Error(`headroom serve exited with ${code}`)));
+    server.stdout.on("data", (text) => {
+      const match = /http:\/\/127\.0\.0\.1:\d+\//.exec(String(text));
+      if (match) resolve({ url: match[0], stop: () => server.kill() });
+    });
+  });
+}
+
+export function launchChromium() {
+  return chromium.launch({ executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium", args: CHROMIUM_ARGS });
+}
+
+/// Opens the playground and waits until its worker is ready; collects console errors.
+export async function openPlayground(browser, url) {
+  const page = await browser.newPage({ viewport: { width: 1200, height: 900 }, acceptDownloads: true });
+  const problems = [];
+  page.on("console", (message) => message.type() === "error" && problems.push(message.text()));
+  page.on("pageerror", (error) => problems.push(error.message));
+  await page.goto(url);
+  await page.waitForFunction(() => document.getElementById("status").textContent === "Ready.");
+  return { page, problems };
+}
+
+/// Fills the run form: { dataset, model, layers, backend, cap, batch, steps, precision }.
+export async function setRun(page, run) {
+  if (run.dataset) await page.selectOption("#dataset", run.dataset);
+  if (run.model) await page.selectOption("#model", run.model);
+  if (run.layers) await page.fill("#layers", run.layers);
+  if (run.backend) await page.selectOption("#backend", run.backend);
+  if (run.cap !== undefined) await page.fill("#cap", String(run.cap));
+  if (run.batch) await page.fill("#effective-batch", String(run.batch));
+  if (run.steps) await page.fill("#steps", String(run.steps));
+  if (run.precision) await page.selectOption("#precision", run.precision);
+}
