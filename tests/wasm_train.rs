@@ -125,3 +125,17 @@ async fn f16_without_shader_f16_falls_back_to_f32_and_says_so() {
     }
     assert_learns(&events);
 }
+
+#[wasm_bindgen_test]
+async fn auto_prefers_the_cpu_to_a_software_adapter_and_says_why() {
+    let (_, adapter) = device::webgpu().await.unwrap();
+    let acquired = device::acquire(Preference::Auto).await.unwrap();
+    if adapter.device_type == "Cpu" {
+        assert_eq!(acquired.backend, "ndarray");
+        let reason = acquired.fallback_reason.expect("the choice is explained");
+        assert!(reason.contains("software renderer"), "{reason}");
+    } else {
+        assert_eq!(acquired.backend, "webgpu");
+        assert_eq!(acquired.fallback_reason, None);
+    }
+}

@@ -75,8 +75,9 @@ function showDevice(report) {
     );
   }
   fillTable($("adapter"), rows);
-  const reason = a ? "this adapter lacks shader-f16" : "the CPU backend has no f16 kernels";
-  offerF16(Boolean(a?.shader_f16), reason);
+  const onGpu = report.backend === "webgpu";
+  const reason = onGpu ? "this adapter lacks shader-f16" : "the CPU backend has no f16 kernels";
+  offerF16(onGpu && Boolean(a?.shader_f16), reason);
 }
 
 function showPlan(preview) {
