@@ -34,6 +34,9 @@ pub struct PlanArgs {
 }
 
 pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
+    if let Some(why) = args.backend.unavailable() {
+        anyhow::bail!(why);
+    }
     let source = DataSource::open(
         &args.data,
         StreamOptions {

@@ -120,6 +120,9 @@ fn memory_text(memory: &crate::memory::MemorySample) -> String {
 }
 
 pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
+    if let Some(why) = args.backend.unavailable() {
+        anyhow::bail!(why);
+    }
     let config = args.config();
     let source = DataSource::open(&args.data, config.stream.clone()).await?;
     let mut metrics = match &args.metrics {

@@ -13,7 +13,16 @@ pub enum BackendKind {
     /// burn's ndarray CPU backend.
     #[cfg(not(target_arch = "wasm32"))]
     Ndarray,
+    /// NVIDIA GPUs through burn's CUDA backend, in builds with the `cuda` feature.
+    #[cfg(not(target_arch = "wasm32"))]
+    Cuda,
 }
+
+/// How to get a CUDA build: said wherever `--backend cuda` meets a build without it.
+#[cfg(not(feature = "cuda"))]
+const CUDA_MISSING: &str = "this headroom was built without CUDA: build it with \
+    `cargo build --release --features cuda` on a machine with internet (burn's CUDA backend \
+    downloads an LLVM bundle while building) and run it where an NVIDIA driver is installed";
 
 impl BackendKind {
     pub fn name(self) -> &'static str {
@@ -21,18 +30,39 @@ impl BackendKind {
             BackendKind::Wgpu => "wgpu",
             #[cfg(not(target_arch = "wasm32"))]
             BackendKind::Ndarray => "ndarray",
+            #[cfg(not(target_arch = "wasm32"))]
+            BackendKind::Cuda => "cuda",
+        }
+    }
+
+    /// Why this build cannot create the backend's device; `None` when it can.
+    pub fn unavailable(self) -> Option<&'static str> {
+        match self {
+            #[cfg(all(not(target_arch = "wasm32"), not(feature = "cuda")))]
+            BackendKind::Cuda => Some(CUDA_MISSING),
+            _ => None,
         }
     }
 
     /// The device, without autodiff (the trainer adds it for training).
+    ///
+    /// # Panics
+    /// When the build lacks the backend: check [`BackendKind::unavailable`] first.
     #[cfg(not(target_arch = "wasm32"))]
     pub fn device(self) -> Device {
+        if let Some(why) = self.unavailable() {
+            panic!("{why}");
+        }
         match self {
             BackendKind::Wgpu => Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
             // burn marks ndarray deprecated in favour of flex; the CLI offers it as the
             // CPU backend the project was specified with.
             #[allow(deprecated)]
             BackendKind::Ndarray => Device::ndarray(),
+            #[cfg(feature = "cuda")]
+            BackendKind::Cuda => Device::cuda(0),
+            #[cfg(not(feature = "cuda"))]
+            BackendKind::Cuda => unreachable!("unavailable() is checked above"),
         }
     }
 }

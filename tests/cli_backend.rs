@@ -1,0 +1,19 @@
+//! `--backend cuda` in a build without the `cuda` feature says how to get one.
+#![cfg(all(not(target_arch = "wasm32"), not(feature = "cuda")))]
+
+mod common;
+
+use headroom::data::Codec;
+
+#[test]
+fn cuda_without_the_feature_says_how_to_build_it() {
+    let dataset = common::synthetic_dataset(256, 128, Codec::Lz4);
+    let data = dataset.dir.to_str().unwrap();
+    for command in ["train", "plan"] {
+        let output = common::headroom(&[command, "--data", data, "--backend", "cuda"]);
+        assert!(!output.status.success(), "{command} --backend cuda succeeded");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("built without CUDA"), "{stderr}");
+        assert!(stderr.contains("--features cuda"), "{stderr}");
+    }
+}
