@@ -19,7 +19,7 @@ pub enum BackendKind {
 }
 
 /// How to get a CUDA build: said wherever `--backend cuda` meets a build without it.
-#[cfg(not(feature = "cuda"))]
+#[cfg(all(not(target_arch = "wasm32"), not(feature = "cuda")))]
 const CUDA_MISSING: &str = "this headroom was built without CUDA: build it with \
     `cargo build --release --features cuda` on a machine with internet (burn's CUDA backend \
     downloads an LLVM bundle while building) and run it where an NVIDIA driver is installed";
