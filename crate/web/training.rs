@@ -64,17 +64,25 @@ pub fn describe_device(backend: String) -> js_sys::Promise {
     })
 }
 
+/// What a run needs before its first step: its settings, its device and its dataset.
+async fn open(
+    url: &str,
+    config: JsValue,
+    backend: &str,
+) -> Result<(TrainConfig, Acquired, DataSource), JsValue> {
+    let config = self::config(config)?;
+    let acquired = device::acquire(preference(backend)?).await.map_err(error_to_js)?;
+    let source = DataSource::open(url, config.stream.clone())
+        .await
+        .map_err(error_to_js)?;
+    Ok((config, acquired, source))
+}
+
 /// What the planner predicts and picks for `config` on the dataset at `url`.
 #[wasm_bindgen(js_name = planRun)]
 pub fn plan_run(url: String, config: JsValue, backend: String) -> js_sys::Promise {
     future_to_promise(async move {
-        let config = self::config(config)?;
-        let acquired = device::acquire(preference(&backend)?)
-            .await
-            .map_err(error_to_js)?;
-        let source = DataSource::open(&url, config.stream.clone())
-            .await
-            .map_err(error_to_js)?;
+        let (config, acquired, source) = open(&url, config, &backend).await?;
         let run_plan =
             plan::for_run(&config, &source, &acquired.device, acquired.backend).map_err(error_to_js)?;
         let picked = run_plan.pick(&config);
@@ -111,13 +119,7 @@ impl Training {
     /// that fits).
     pub fn create(url: String, config: JsValue, backend: String) -> js_sys::Promise {
         future_to_promise(async move {
-            let config = self::config(config)?;
-            let acquired = device::acquire(preference(&backend)?)
-                .await
-                .map_err(error_to_js)?;
-            let source = DataSource::open(&url, config.stream.clone())
-                .await
-                .map_err(error_to_js)?;
+            let (config, acquired, source) = open(&url, config, &backend).await?;
             let trainer = Trainer::new(config, &source, acquired.device.clone(), acquired.backend)
                 .map_err(error_to_js)?;
             let probe = MemoryTracker::new(acquired.device.clone(), source.gauge().clone());
