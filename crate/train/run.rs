@@ -74,8 +74,10 @@ impl Progress {
             events.extend(trainer.enforcements().iter().cloned().map(TrainEvent::Enforced));
             return Ok(events);
         }
-        let total_steps = trainer.config.total_steps(source.manifest().count(Split::Train));
-        let every = trainer.config.eval_every;
+        let total_steps = trainer
+            .config()
+            .total_steps(source.manifest().count(Split::Train));
+        let every = trainer.config().eval_every;
         while trainer.step < total_steps {
             let reader = match &mut self.reader {
                 Some(reader) => reader,
@@ -84,7 +86,7 @@ impl Progress {
                     source.manifest().sample_bytes(),
                 )),
             };
-            let Some(batch) = reader.next_batch(trainer.config.effective_batch).await? else {
+            let Some(batch) = reader.next_batch(trainer.config().effective_batch).await? else {
                 self.end_epoch(trainer, source, &mut events).await?;
                 continue;
             };
@@ -125,7 +127,7 @@ impl Progress {
         events: &mut Vec<TrainEvent>,
     ) -> Result<(), TrainError> {
         self.reader = None;
-        if trainer.config.eval_every == 0 {
+        if trainer.config().eval_every == 0 {
             self.evaluate_once(trainer, source, events).await?;
         }
         trainer.epoch += 1;
@@ -141,7 +143,7 @@ impl Progress {
         events: &mut Vec<TrainEvent>,
     ) -> Result<(), TrainError> {
         let evaluated = self.last_eval.as_ref().is_some_and(|e| e.step == trainer.step);
-        if evaluated || !trainer.config.evaluate || source.manifest().count(Split::Test) == 0 {
+        if evaluated || !trainer.config().evaluate || source.manifest().count(Split::Test) == 0 {
             return Ok(());
         }
         let eval = trainer.evaluate(source, Split::Test).await?;

@@ -58,7 +58,7 @@ fn capped_bytes(memory: &MemorySample) -> Option<u64> {
 }
 
 pub struct Trainer {
-    pub(super) config: TrainConfig,
+    config: TrainConfig,
     input: InputShape,
     /// Evaluation runs here, without autodiff.
     device: Device,

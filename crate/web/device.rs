@@ -137,7 +137,7 @@ fn adapter_label(adapter: &AdapterReport) -> String {
 }
 
 #[allow(deprecated)] // burn prefers its new `flex` CPU backend; ndarray is the one we plan for.
-fn cpu() -> Device {
+pub(super) fn cpu() -> Device {
     Device::ndarray()
 }
 

@@ -49,9 +49,9 @@ pub async fn burnpack(model: &Model, config: &ModelConfig, input: &InputShape) -
                 .map_err(|e| format!("{e:?}"))?,
         );
     }
-    #[allow(deprecated)] // see web::device: ndarray is the CPU backend we plan for.
-    let cpu = Device::ndarray();
-    let copy = config.init(input, &cpu).map(&mut Fill(values.into_iter()));
+    let copy = config
+        .init(input, &super::device::cpu())
+        .map(&mut Fill(values.into_iter()));
     let bytes = copy
         .into_record()
         .into_bytes()
