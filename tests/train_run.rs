@@ -162,3 +162,20 @@ fn the_cli_refuses_bad_settings_with_a_reason() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+#[tokio::test]
+async fn eval_samples_limits_the_evaluation_to_that_many_test_samples() {
+    let mut limited = config(ModelConfig::Mlp { hidden: vec![16] }, OptimizerKind::Adam, 2);
+    // Not a multiple of the micro-batch (32): the last evaluation batch is cut short.
+    limited.eval_samples = Some(70);
+    let (_, summary) = train(BackendKind::Ndarray, limited).await;
+    assert_eq!(summary.eval.expect("evaluated at the end").samples, 70);
+
+    let (_, summary) = train(
+        BackendKind::Ndarray,
+        config(ModelConfig::Mlp { hidden: vec![16] }, OptimizerKind::Adam, 2),
+    )
+    .await;
+    // The synthetic set's test split is a fifth of its 2000 training samples.
+    assert_eq!(summary.eval.expect("evaluated at the end").samples, 400, "the whole split");
+}

@@ -37,6 +37,10 @@ pub struct TrainArgs {
     weight_decay: f64,
     #[arg(long, default_value_t = 0)]
     warmup_steps: u64,
+    /// The learning rate at the end of the run, as a fraction of --lr (cosine decay after
+    /// warm-up); 1 keeps it constant.
+    #[arg(long, default_value_t = 0.05)]
+    final_lr_fraction: f64,
     /// Clip the gradients' global L2 norm.
     #[arg(long)]
     clip_norm: Option<f32>,
@@ -55,6 +59,13 @@ pub struct TrainArgs {
     /// Skip evaluation on the test split.
     #[arg(long)]
     no_eval: bool,
+    /// Evaluate on the first N samples the test stream yields instead of the whole split.
+    #[arg(long)]
+    eval_samples: Option<usize>,
+    /// Read samples in file order instead of a seeded shuffle (to feed another framework
+    /// the same batches).
+    #[arg(long)]
+    no_shuffle: bool,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Chunks fetched ahead of the one in use.
@@ -83,6 +94,7 @@ impl TrainArgs {
                 momentum: self.momentum,
                 weight_decay: self.weight_decay,
                 warmup_steps: self.warmup_steps,
+                final_lr_fraction: self.final_lr_fraction,
                 clip_norm: self.clip_norm,
                 ..OptimizerConfig::default()
             },
@@ -94,10 +106,12 @@ impl TrainArgs {
             cap: self.cap,
             eval_every: self.eval_every,
             evaluate: !self.no_eval,
+            eval_samples: self.eval_samples,
             seed: self.seed,
             stream: StreamOptions {
                 prefetch: self.prefetch,
                 seed: self.seed,
+                shuffle: !self.no_shuffle,
                 ..StreamOptions::default()
             },
         }

@@ -118,6 +118,10 @@ pub struct TrainConfig {
     pub eval_every: u64,
     /// Whether to evaluate at all (benchmarks measure training alone).
     pub evaluate: bool,
+    /// Evaluate on at most this many test samples, the first the test stream yields
+    /// (without shuffling, the first of the split): a quick, repeatable evaluation where
+    /// the whole split would take longer than the training.
+    pub eval_samples: Option<usize>,
     pub seed: u64,
     pub stream: StreamOptions,
 }
@@ -135,6 +139,7 @@ impl Default for TrainConfig {
             cap: None,
             eval_every: 0,
             evaluate: true,
+            eval_samples: None,
             seed: 0,
             stream: StreamOptions::default(),
         }
@@ -171,6 +176,9 @@ impl TrainConfig {
                     self.effective_batch
                 ));
             }
+        }
+        if self.eval_samples == Some(0) {
+            return Err("evaluate on at least 1 sample (or leave eval_samples unset for the whole split)".into());
         }
         if self.cap == Some(0) {
             return Err("the memory cap must be more than zero bytes".into());

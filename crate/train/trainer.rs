@@ -282,7 +282,7 @@ impl Trainer {
         })
     }
 
-    /// Loss and accuracy over a whole split, without gradients.
+    /// Loss and accuracy over a split (or its first `eval_samples`), without gradients.
     ///
     /// Runs in micro-batches, at the training precision: a batch the training step fits
     /// in fits here too, without its gradients.
@@ -297,7 +297,11 @@ impl Trainer {
         let mut correct: Option<Tensor<1, Int>> = None;
         let mut samples = 0;
         self.tracker.take_step_peak();
-        while let Some(batch) = reader.next_batch(self.micro_batch).await? {
+        let limit = self.config.eval_samples.unwrap_or(usize::MAX);
+        while samples < limit {
+            let Some(batch) = reader.next_batch(self.micro_batch.min(limit - samples)).await? else {
+                break;
+            };
             let images = tensors::images(&batch.features, &self.input, self.precision, &self.device);
             let targets = tensors::targets(&batch.labels, &self.device);
             let logits = model
