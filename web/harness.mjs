@@ -3,6 +3,7 @@
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
+import { after, before } from "node:test";
 import { fileURLToPath } from "node:url";
 
 export const repo = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -32,6 +33,22 @@ export function serve(binary = process.env.HEADROOM_BIN ?? join(repo, "target", 
 
 export function launchChromium() {
   return chromium.launch({ executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium", args: CHROMIUM_ARGS });
+}
+
+/// For a node:test file: one `headroom serve` and one Chromium for all its tests, started
+/// before them and closed after; the returned object's fields are set once they run.
+export function sharedServerAndBrowser() {
+  const shared = { server: null, browser: null };
+  before(async () => {
+    if (!process.env.HEADROOM_BIN) throw new Error("HEADROOM_BIN must name the headroom binary (tests/run-all sets it)");
+    shared.server = await serve();
+    shared.browser = await launchChromium();
+  });
+  after(async () => {
+    await shared.browser?.close();
+    shared.server?.stop();
+  });
+  return shared;
 }
 
 /// Opens the playground and waits until its worker is ready; collects console errors.

@@ -2,27 +2,15 @@
 // train on the same Fashion-MNIST batches, so that web/compare/run's figures compare like
 // with like. tests/run-all sets HEADROOM_BIN and builds static/pkg and static/data first.
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
-import { launchChromium, serve } from "../../web/harness.mjs";
+import { test } from "node:test";
+import { sharedServerAndBrowser } from "../../web/harness.mjs";
 
-let server;
-let browser;
-
-before(async () => {
-  assert.ok(process.env.HEADROOM_BIN, "HEADROOM_BIN must name the headroom binary (tests/run-all sets it)");
-  server = await serve();
-  browser = await launchChromium();
-});
-
-after(async () => {
-  await browser?.close();
-  server?.stop();
-});
+const shared = sharedServerAndBrowser();
 
 async function runCase(spec) {
-  const page = await browser.newPage();
+  const page = await shared.browser.newPage();
   try {
-    await page.goto(`${server.url}web/compare/index.html`);
+    await page.goto(`${shared.server.url}web/compare/index.html`);
     await page.waitForFunction(() => typeof window.runCase === "function");
     return await page.evaluate((s) => window.runCase(s), {
       model: "mlp", layers: [128], batch: 256, learning_rate: 1e-3, epsilon: 1e-8, data: "/data/fashion-mnist/", ...spec,

@@ -3,29 +3,17 @@
 import assert from "node:assert/strict";
 import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { after, before, test } from "node:test";
-import { launchChromium, openPlayground, repo, serve, setRun } from "../../web/harness.mjs";
+import { before, test } from "node:test";
+import { openPlayground, repo, setRun, sharedServerAndBrowser } from "../../web/harness.mjs";
 
 const artifacts = join(repo, "tests", "artifacts");
 const MIB = 1024 * 1024;
 const TRAIN_STEPS = 40;
 
-let server;
-let browser;
+const shared = sharedServerAndBrowser();
+before(() => mkdirSync(artifacts, { recursive: true }));
 
-before(async () => {
-  assert.ok(process.env.HEADROOM_BIN, "HEADROOM_BIN must name the headroom binary (tests/run-all sets it)");
-  server = await serve();
-  browser = await launchChromium();
-  mkdirSync(artifacts, { recursive: true });
-});
-
-after(async () => {
-  await browser?.close();
-  server?.stop();
-});
-
-const openPage = () => openPlayground(browser, server.url);
+const openPage = () => openPlayground(shared.browser, shared.server.url);
 
 async function downloaded(page, button) {
   const [download] = await Promise.all([page.waitForEvent("download"), page.click(button)]);

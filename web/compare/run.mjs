@@ -2,8 +2,9 @@
 // TensorFlow.js 4.22.0 (WebGPU, wasm) in the same headless Chromium, same adapter, same
 // page server; PyTorch (CPU) natively. Prints a table of Headroom / peer and writes JSON.
 //   web/compare/run [--runs 3] [--steps 12] [--warmup 3] [--eval-samples 1000] [--only browser|native]
+//   web/compare/run --from tests/artifacts/compare.json     (the table of a saved run)
 import { execFileSync } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { dirname, join } from "node:path";
 import { parseArgs } from "node:util";
@@ -17,8 +18,17 @@ const { values: options } = parseArgs({
     "eval-samples": { type: "string", default: "1000" },
     only: { type: "string" },
     out: { type: "string", default: join(repo, "tests", "artifacts", "compare.json") },
+    // Prints the table of a report this command wrote, without running anything.
+    from: { type: "string" },
   },
 });
+const saved = options.from ? JSON.parse(readFileSync(options.from, "utf8")) : null;
+if (saved) {
+  options.runs = String(saved.settings.runs);
+  options.steps = String(saved.settings.steps);
+  options.warmup = String(saved.settings.warmup_steps);
+  options["eval-samples"] = String(saved.settings.eval_samples);
+}
 const RUNS = Number(options.runs);
 const STEPS = Number(options.steps);
 const WARMUP = Number(options.warmup);
@@ -109,7 +119,7 @@ function nativeRuns() {
     ],
     { stdio: ["ignore", "pipe", "inherit"], maxBuffer: 1 << 26 },
   );
-  return JSON.parse(out).map((run) => ({ where: "native", requested: run.backend, ...run }));
+  return JSON.parse(out).map((run) => ({ where: "native", requested: run.framework === "pytorch" ? "pytorch" : run.backend, ...run }));
 }
 
 /// One run's figures: steady speed from the median step after warm-up, and what it held.
@@ -184,7 +194,7 @@ function table(summaries) {
       const theirs = find(pair.where, name, pair.framework, pair.peer);
       if (!ours || !theirs) continue;
       const ourLabel = { webgpu: "browser WebGPU", cpu: "browser CPU fallback (wasm, 1 thread)" }[pair.headroom] ?? `native ${pair.headroom}`;
-      const peerLabel = theirs.threads ? `${pair.peerName} (${theirs.threads} threads)` : pair.peerName;
+      const peerLabel = theirs.threads ? `${pair.peerName} (${theirs.threads} thread${theirs.threads > 1 ? "s" : ""})` : pair.peerName;
       const failure = [ours, theirs].find((s) => s.error);
       if (failure) {
         const who = failure === ours ? "Headroom" : pair.peerName;
@@ -206,20 +216,22 @@ function table(summaries) {
   return lines.join("\n");
 }
 
-const runs = [];
-if (options.only !== "native") runs.push(...(await browserRuns()));
-if (options.only !== "browser") runs.push(...nativeRuns());
+const runs = saved?.runs ?? [];
+if (!saved && options.only !== "native") runs.push(...(await browserRuns()));
+if (!saved && options.only !== "browser") runs.push(...nativeRuns());
 const summaries = summarise(runs);
-const machine = `${cpus().length} cores (${cpus()[0]?.model ?? "unknown CPU"}), ${(totalmem() / 2 ** 30).toFixed(0)} GiB`;
+const machine = saved?.machine ?? `${cpus().length} cores (${cpus()[0]?.model ?? "unknown CPU"}), ${(totalmem() / 2 ** 30).toFixed(0)} GiB`;
 const report = {
-  date: new Date().toISOString(),
+  date: saved?.date ?? new Date().toISOString(),
   machine,
   settings: { runs: RUNS, steps: STEPS, warmup_steps: WARMUP, eval_samples: EVAL_SAMPLES, learning_rate: LEARNING_RATE, epsilon: EPSILON, cases: CASES },
   summaries,
   runs,
 };
-mkdirSync(dirname(options.out), { recursive: true });
-writeFileSync(options.out, JSON.stringify(report, null, 1));
+if (!saved) {
+  mkdirSync(dirname(options.out), { recursive: true });
+  writeFileSync(options.out, JSON.stringify(report, null, 1));
+}
 console.log(`${report.date.slice(0, 10)}, ${machine}; ${RUNS} runs of ${STEPS} steps each, medians; speed ratio = Headroom / peer`);
 console.log(table(summaries));
-console.log(`JSON: ${options.out}`);
+console.log(`JSON: ${saved ? options.from : options.out}`);
