@@ -125,7 +125,6 @@ function nativeRuns() {
 /// One run's figures: steady speed from the median step after warm-up, and what it held.
 function figures(run, batch) {
   const seconds = run.steps.map((s) => s.seconds);
-  const reserved = run.steps.map((s) => s.memory?.reserved ?? null);
   const atWarmupEnd = run.steps[WARMUP - 1].memory ?? {};
   const atEnd = run.steps.at(-1).memory ?? {};
   return {
@@ -133,7 +132,8 @@ function figures(run, batch) {
     warmup_seconds: seconds.slice(0, WARMUP).reduce((a, b) => a + b, 0),
     first_step_at: run.steps[0].at ?? null,
     peak_gpu_reserved: max(run.steps.map((s) => s.memory?.peak_reserved ?? s.memory?.reserved ?? null)),
-    held_after_step: atEnd.in_use ?? null,
+    // What tensors hold between steps (TF.js's numBytesInGPU), at its highest.
+    peak_gpu_in_use: max(run.steps.map((s) => s.memory?.in_use ?? null)),
     reserved_growth: atEnd.reserved != null && atWarmupEnd.reserved != null ? atEnd.reserved - atWarmupEnd.reserved : null,
     tensor_growth: atEnd.tensors != null ? atEnd.tensors - atWarmupEnd.tensors : null,
     peak_wasm: max(run.steps.map((s) => s.memory?.wasm_bytes ?? null)),
@@ -141,7 +141,6 @@ function figures(run, batch) {
     final_loss: run.steps.at(-1).loss,
     test_loss: run.eval?.loss ?? null,
     test_accuracy: run.eval?.accuracy ?? null,
-    reserved_max_seen: max(reserved),
   };
 }
 
@@ -204,7 +203,7 @@ function table(summaries) {
       const gpu = ours.peak_gpu_reserved != null || theirs.peak_gpu_reserved != null;
       const memory = pair.where === "native"
         ? `RSS ${fmt.mib(ours.peak_rss)} / ${fmt.mib(theirs.peak_rss)}`
-        : gpu ? `GPU ${fmt.mib(ours.peak_gpu_reserved)} / ${fmt.mib(theirs.peak_gpu_reserved)}`
+        : gpu ? `GPU reserved ${fmt.mib(ours.peak_gpu_reserved)} / ${fmt.mib(theirs.peak_gpu_reserved)}, in use ${fmt.mib(ours.peak_gpu_in_use)} / ${fmt.mib(theirs.peak_gpu_in_use)}`
         : `wasm heap ${fmt.mib(ours.peak_wasm)} / ${fmt.mib(theirs.peak_wasm)}`;
       const growth = pair.where === "native" ? "—"
         : `${fmt.growth(ours.reserved_growth)} / ${theirs.tensor_growth == null ? "—" : fmt.growth(theirs.tensor_growth, "tensors")}`;
