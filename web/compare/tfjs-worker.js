@@ -87,7 +87,6 @@ async function run(spec) {
     threads: spec.backend === "wasm" ? tf.wasm.getThreadsCount() : null,
     steps,
     eval: evaluation,
-    setup_seconds: null,
   };
 }
 
