@@ -177,5 +177,9 @@ async fn eval_samples_limits_the_evaluation_to_that_many_test_samples() {
     )
     .await;
     // The synthetic set's test split is a fifth of its 2000 training samples.
-    assert_eq!(summary.eval.expect("evaluated at the end").samples, 400, "the whole split");
+    assert_eq!(
+        summary.eval.expect("evaluated at the end").samples,
+        400,
+        "the whole split"
+    );
 }

@@ -178,7 +178,9 @@ impl TrainConfig {
             }
         }
         if self.eval_samples == Some(0) {
-            return Err("evaluate on at least 1 sample (or leave eval_samples unset for the whole split)".into());
+            return Err(
+                "evaluate on at least 1 sample (or leave eval_samples unset for the whole split)".into(),
+            );
         }
         if self.cap == Some(0) {
             return Err("the memory cap must be more than zero bytes".into());
