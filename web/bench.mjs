@@ -4,7 +4,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
-import { launchChromium, openPlayground, repo, serve, setRun } from "./harness.mjs";
+import { launchChromium, median, openPlayground, repo, serve, setRun } from "./harness.mjs";
 
 const WARMUP_STEPS = 3;
 const cases = [
@@ -13,10 +13,6 @@ const cases = [
 ];
 const backends = (process.env.BENCH_BACKENDS ?? "webgpu,cpu").split(",");
 
-const median = (values) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)];
-};
 const mib = (bytes) => (bytes == null ? "—" : (bytes / 2 ** 20).toFixed(1));
 
 async function measure(server, run, backend) {

@@ -62,6 +62,29 @@ export async function openPlayground(browser, url) {
   return { page, problems };
 }
 
+/// Runs one case of the comparison page (web/compare) in a new page of `browser`; resolves
+/// to the worker's result, rejects with the worker's error or any error the page raised.
+export async function runCompareCase(browser, url, spec) {
+  const page = await browser.newPage();
+  const problems = [];
+  page.on("pageerror", (error) => problems.push(error.message));
+  try {
+    await page.goto(`${url}web/compare/index.html`);
+    await page.waitForFunction(() => typeof window.runCase === "function");
+    const result = await page.evaluate((s) => window.runCase(s), spec);
+    if (problems.length) throw new Error(problems.join("; "));
+    return result;
+  } finally {
+    await page.close();
+  }
+}
+
+/// The middle of the known values (the lower one of two); null when none is known.
+export function median(values) {
+  const known = values.filter((v) => v != null && Number.isFinite(v)).sort((a, b) => a - b);
+  return known.length ? known[Math.floor((known.length - 1) / 2)] : null;
+}
+
 /// Fills the run form: { dataset, model, layers, backend, cap, batch, steps, precision }.
 export async function setRun(page, run) {
   if (run.dataset) await page.selectOption("#dataset", run.dataset);

@@ -3,22 +3,14 @@
 // with like. tests/run-all sets HEADROOM_BIN and builds static/pkg and static/data first.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { sharedServerAndBrowser } from "../../web/harness.mjs";
+import { runCompareCase, sharedServerAndBrowser } from "../../web/harness.mjs";
 
 const shared = sharedServerAndBrowser();
 
-async function runCase(spec) {
-  const page = await shared.browser.newPage();
-  try {
-    await page.goto(`${shared.server.url}web/compare/index.html`);
-    await page.waitForFunction(() => typeof window.runCase === "function");
-    return await page.evaluate((s) => window.runCase(s), {
-      model: "mlp", layers: [128], batch: 256, learning_rate: 1e-3, epsilon: 1e-8, data: "/data/fashion-mnist/", ...spec,
-    });
-  } finally {
-    await page.close();
-  }
-}
+const runCase = (spec) =>
+  runCompareCase(shared.browser, shared.server.url, {
+    model: "mlp", layers: [128], batch: 256, learning_rate: 1e-3, epsilon: 1e-8, data: "/data/fashion-mnist/", ...spec,
+  });
 
 const mean = (values) => values.reduce((a, b) => a + b, 0) / values.length;
 

@@ -15,10 +15,11 @@ def run_process(command):
     """Runs `command`; returns (stdout, peak RSS in bytes)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         child = subprocess.Popen(command, stdout=out, stderr=err)
+        # wait4 reaps the child and gives its rusage; telling Popen spares it a second wait.
         _, status, usage = os.wait4(child.pid, 0)
         child.returncode = os.waitstatus_to_exitcode(status)
-        err.seek(0)
         if child.returncode != 0:
+            err.seek(0)
             raise SystemExit(f"{' '.join(map(str, command))} failed:\n{err.read().decode(errors='replace')[-2000:]}")
         out.seek(0)
         return out.read().decode(), usage.ru_maxrss * 1024

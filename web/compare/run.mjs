@@ -8,7 +8,7 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { dirname, join } from "node:path";
 import { parseArgs } from "node:util";
-import { launchChromium, repo, serve } from "../harness.mjs";
+import { launchChromium, median, repo, runCompareCase, serve } from "../harness.mjs";
 
 const { values: options } = parseArgs({
   options: {
@@ -49,14 +49,19 @@ const BROWSER_PAIRS = [
 ];
 const NATIVE_BACKENDS = ["ndarray", "wgpu"];
 
-const median = (values) => {
-  const known = values.filter((v) => v != null && Number.isFinite(v)).sort((a, b) => a - b);
-  return known.length ? known[Math.floor((known.length - 1) / 2)] : null;
-};
 const max = (values) => {
   const known = values.filter((v) => v != null);
   return known.length ? Math.max(...known) : null;
 };
+
+async function inFreshBrowser(server, spec) {
+  const browser = await launchChromium();
+  try {
+    return await runCompareCase(browser, server.url, spec);
+  } finally {
+    await browser.close();
+  }
+}
 
 async function browserRuns() {
   const server = await serve();
@@ -67,32 +72,21 @@ async function browserRuns() {
         // Interleaved, a fresh browser for each: a noisy minute burdens every side alike.
         for (const pair of BROWSER_PAIRS) {
           for (const [framework, backend] of [["headroom", pair.headroom], ["tfjs", pair.peer]]) {
-            const browser = await launchChromium();
+            const spec = {
+              framework, backend, model: testCase.model, layers: testCase.layers, batch: testCase.batch,
+              steps: STEPS, eval_samples: EVAL_SAMPLES, learning_rate: LEARNING_RATE, epsilon: EPSILON,
+              data: "/data/fashion-mnist/",
+            };
+            const label = `${testCase.name}: ${framework} ${backend} run ${run + 1}`;
             try {
-              const page = await browser.newPage();
-              const problems = [];
-              page.on("pageerror", (error) => problems.push(error.message));
-              await page.goto(`${server.url}web/compare/index.html`);
-              await page.waitForFunction(() => typeof window.runCase === "function");
-              const spec = {
-                framework, backend, model: testCase.model, layers: testCase.layers, batch: testCase.batch,
-                steps: STEPS, eval_samples: EVAL_SAMPLES, learning_rate: LEARNING_RATE, epsilon: EPSILON,
-                data: "/data/fashion-mnist/",
-              };
-              const label = `${testCase.name}: ${framework} ${backend} run ${run + 1}`;
-              try {
-                const result = await page.evaluate((s) => window.runCase(s), spec);
-                if (problems.length) throw new Error(problems.join("; "));
-                runs.push({ case: testCase.name, run, where: "browser", requested: backend, ...result });
-                console.error(`  ${label}: ${result.wall_seconds.toFixed(1)} s`);
-              } catch (error) {
-                // A peer that cannot do the work is a finding, not the end of the comparison.
-                const message = error.message.replace(/^page\.evaluate: (Error: )?/, "").split("\n")[0];
-                runs.push({ case: testCase.name, run, where: "browser", framework, requested: backend, error: message });
-                console.error(`  ${label}: failed: ${message}`);
-              }
-            } finally {
-              await browser.close();
+              const result = await inFreshBrowser(server, spec);
+              runs.push({ case: testCase.name, run, where: "browser", requested: backend, ...result });
+              console.error(`  ${label}: ${result.wall_seconds.toFixed(1)} s`);
+            } catch (error) {
+              // A peer that cannot do the work is a finding, not the end of the comparison.
+              const message = error.message.replace(/^page\.evaluate: (Error: )?/, "").split("\n")[0];
+              runs.push({ case: testCase.name, run, where: "browser", framework, requested: backend, error: message });
+              console.error(`  ${label}: failed: ${message}`);
             }
           }
         }
