@@ -3,7 +3,7 @@ use clap::Args;
 use super::model_args::ModelArgs;
 use crate::data::{DataSource, StreamOptions};
 use crate::memory::{Plan, PoolModel, plan};
-use crate::train::trainer::{effective_precision, input_shape};
+use crate::train::plan::{effective_precision, input_shape};
 use crate::train::{BackendKind, OptimizerConfig, OptimizerKind, Precision, TrainConfig, plan as train_plan};
 use crate::units::{format_bytes, parse_bytes};
 

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::enforcer::{self, HEADROOM};
 use super::pool::PoolModel;
-use crate::model::{InputShape, ModelConfig};
+use crate::model::{InputShape, ModelConfig, Segment};
 use crate::train::{OptimizerKind, Precision};
 
 /// What a plan is made for: everything about a run that moves its memory, except the
@@ -211,10 +211,11 @@ pub fn predict(
                 .sum::<u64>()
         })
         .sum();
-    let saved = if checkpointing {
-        &census.kept_when_checkpointing
+    let saved_activations = census.saved_activations();
+    let saved: Vec<usize> = if checkpointing {
+        recomputed_peak(&census.segments)
     } else {
-        &census.saved_activations
+        saved_activations.clone()
     };
     let mut activations: u64 = saved
         .iter()
@@ -226,7 +227,7 @@ pub fn predict(
     // Transients: backward through the widest layer (its output gradient and half as much
     // again), and the update's temporaries of the largest parameter. The factors were
     // fitted against lavapipe over `headroom bench plan`'s configurations.
-    let widest = census.saved_activations.iter().copied().max().unwrap_or(0) as u64;
+    let widest = saved_activations.iter().copied().max().unwrap_or(0) as u64;
     let largest_parameter = census.parameters.iter().copied().max().unwrap_or(0) as u64;
     let workspace =
         add(&mut live, 3 * micro * widest * store / 2) + add(&mut live, largest_parameter * 4 / 2);
@@ -244,6 +245,28 @@ pub fn predict(
     // Pages never hold less than the tensors on them.
     breakdown.allocator_overhead = request.pool.reserved(&live).saturating_sub(breakdown.tensors());
     breakdown
+}
+
+/// The activations alive while checkpointing recomputes, at the segment where they peak.
+/// During segment i's backward: the saved inputs of segments 1..=i (segment 0's input is
+/// the batch, uploaded again for its turn), what the recomputation of segment i saves, and
+/// the upstream gradient of its output. The transients of backward itself are the
+/// workspace, as without checkpointing.
+fn recomputed_peak(segments: &[Segment]) -> Vec<usize> {
+    let alive_at = |i: usize| -> Vec<usize> {
+        let segment = &segments[i];
+        let first_kept = usize::from(i > 0);
+        segments[first_kept..=i]
+            .iter()
+            .map(|s| s.input)
+            .chain(segment.saved.iter().copied())
+            .chain([segment.output])
+            .collect()
+    };
+    (0..segments.len())
+        .map(alive_at)
+        .max_by_key(|alive| alive.iter().sum::<usize>())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

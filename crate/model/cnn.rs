@@ -3,18 +3,33 @@ use burn::nn::{Linear, LinearConfig, Relu};
 use burn::prelude::*;
 
 use super::conv::Conv3x3;
-use super::{InputShape, glorot};
+use super::{InputShape, Segment, glorot};
 
 #[derive(Module, Debug)]
 pub struct ConvBlock {
     conv: Conv3x3,
     pool: MaxPool2d,
     activation: Relu,
+    /// The input's height and width: a block is a segment, and segments pass
+    /// [batch, features] between them.
+    height: usize,
+    width: usize,
 }
 
 impl ConvBlock {
-    fn forward(&self, x: Tensor<4>) -> Tensor<4> {
-        self.pool.forward(self.activation.forward(self.conv.forward(x)))
+    /// [batch, in * h * w] -> [batch, out * h/2 * w/2].
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        let [batch, features] = x.dims();
+        let images = x.reshape([
+            batch,
+            features / (self.height * self.width),
+            self.height,
+            self.width,
+        ]);
+        let pooled = self
+            .pool
+            .forward(self.activation.forward(self.conv.forward(images)));
+        pooled.flatten(1, 3)
     }
 }
 
@@ -36,6 +51,8 @@ impl Cnn {
                 conv,
                 pool,
                 activation: Relu::new(),
+                height,
+                width,
             });
             in_channels = out_channels;
             height /= 2;
@@ -50,34 +67,49 @@ impl Cnn {
         Cnn { blocks, head }
     }
 
-    pub fn forward(&self, images: Tensor<4>) -> Tensor<2> {
-        let x = self.blocks.iter().fold(images, |x, block| block.forward(x));
-        self.head.forward(x.flatten(1, 3))
+    /// One segment per conv block, then the head.
+    pub fn segment_count(&self) -> usize {
+        self.blocks.len() + 1
+    }
+
+    /// Block `index` (the head after the last): [batch, features] in and out.
+    pub fn segment(&self, index: usize, x: Tensor<2>) -> Tensor<2> {
+        match self.blocks.get(index) {
+            Some(block) => block.forward(x),
+            None => self.head.forward(x),
+        }
     }
 }
 
 pub(super) fn census(input: &InputShape, channels: &[usize]) -> super::TensorCensus {
     let mut census = super::TensorCensus::default();
     let (mut height, mut width, mut in_channels) = (input.height, input.width, 1);
-    census.saved_activations.push(height * width);
     for &out in channels {
         census.parameters.extend([in_channels * out * 9, out]);
-        let conv_out = out * height * width;
+        let pixels = height * width;
+        // The matmul keeps its im2col patches (nine shifted copies of the input and a
+        // column of ones); ReLU keeps the conv output, the pool its input (the ReLU
+        // output) and its argmax indices.
+        let patches = (in_channels * 9 + 1) * pixels;
+        let conv_out = out * pixels;
         height /= 2;
         width /= 2;
         let pooled = out * height * width;
-        // conv output, ReLU output, pooled output and the pool's argmax indices.
-        census
-            .saved_activations
-            .extend([conv_out, conv_out, pooled, pooled]);
-        census.kept_when_checkpointing.push(conv_out);
+        census.segments.push(Segment {
+            input: in_channels * pixels,
+            saved: vec![patches, conv_out, conv_out, pooled],
+            output: pooled,
+        });
         in_channels = out;
     }
     let features = in_channels * height * width;
     census
         .parameters
         .extend([features * input.classes, input.classes]);
-    census.saved_activations.push(input.classes);
-    census.kept_when_checkpointing.push(input.classes);
+    census.segments.push(Segment {
+        input: features,
+        saved: vec![input.classes],
+        output: input.classes,
+    });
     census
 }

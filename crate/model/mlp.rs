@@ -1,7 +1,7 @@
 use burn::nn::{Linear, LinearConfig, Relu};
 use burn::prelude::*;
 
-use super::{InputShape, glorot};
+use super::{InputShape, Segment, glorot};
 
 #[derive(Module, Debug)]
 pub struct Mlp {
@@ -30,32 +30,42 @@ impl Mlp {
         }
     }
 
-    pub fn forward(&self, images: Tensor<4>) -> Tensor<2> {
-        let mut x: Tensor<2> = images.flatten(1, 3);
-        let last = self.layers.len() - 1;
-        for (i, layer) in self.layers.iter().enumerate() {
-            x = layer.forward(x);
-            if i < last {
-                x = self.activation.forward(x);
-            }
+    /// One segment per layer: recomputing a layer needs only its input.
+    pub fn segment_count(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Layer `index` and its ReLU (none after the last): [batch, in] -> [batch, out].
+    pub fn segment(&self, index: usize, x: Tensor<2>) -> Tensor<2> {
+        let x = self.layers[index].forward(x);
+        if index + 1 < self.layers.len() {
+            self.activation.forward(x)
+        } else {
+            x
         }
-        x
     }
 }
 
 pub(super) fn census(input: &InputShape, hidden: &[usize]) -> super::TensorCensus {
     let mut census = super::TensorCensus::default();
     let mut width = input.pixels();
-    census.saved_activations.push(width);
     for &next in hidden {
         census.parameters.extend([width * next, next]);
-        // The linear output feeds ReLU, whose output feeds the next linear.
-        census.saved_activations.extend([next, next]);
-        census.kept_when_checkpointing.push(next);
+        // The matmul keeps its input; ReLU keeps its output, which is the next segment's
+        // input.
+        census.segments.push(Segment {
+            input: width,
+            saved: vec![next],
+            output: next,
+        });
         width = next;
     }
     census.parameters.extend([width * input.classes, input.classes]);
-    census.saved_activations.push(input.classes);
-    census.kept_when_checkpointing.push(input.classes);
+    // The loss keeps the logits.
+    census.segments.push(Segment {
+        input: width,
+        saved: vec![input.classes],
+        output: input.classes,
+    });
     census
 }

@@ -96,9 +96,24 @@ pub enum Model {
 impl Model {
     /// `images`: [batch, 1, height, width] scaled to [0, 1]; returns [batch, classes] logits.
     pub fn forward(&self, images: Tensor<4>) -> Tensor<2> {
+        (0..self.segment_count()).fold(images.flatten(1, 3), |x, index| self.segment(index, x))
+    }
+
+    /// The forward pass is a chain of segments (a layer of the MLP, a conv block of the
+    /// CNN, the head), the unit activation checkpointing recomputes.
+    pub fn segment_count(&self) -> usize {
         match self {
-            Model::Mlp(model) => model.forward(images),
-            Model::Cnn(model) => model.forward(images),
+            Model::Mlp(model) => model.segment_count(),
+            Model::Cnn(model) => model.segment_count(),
+        }
+    }
+
+    /// Segment `index`: [batch, features] -> [batch, features]; the first takes the
+    /// flattened images, the last returns the logits.
+    pub fn segment(&self, index: usize, x: Tensor<2>) -> Tensor<2> {
+        match self {
+            Model::Mlp(model) => model.segment(index, x),
+            Model::Cnn(model) => model.segment(index, x),
         }
     }
 }
@@ -129,11 +144,28 @@ fn zero_bias_linear(mut layer: burn::nn::Linear) -> burn::nn::Linear {
 pub struct TensorCensus {
     /// Elements of each parameter tensor.
     pub parameters: Vec<usize>,
-    /// Elements per sample of each activation the backward pass needs, in forward order.
-    pub saved_activations: Vec<usize>,
-    /// Of those, the outputs of compute-bound ops (matmul, conv): what gradient
-    /// checkpointing keeps; the rest it recomputes.
-    pub kept_when_checkpointing: Vec<usize>,
+    /// The forward pass, segment by segment (see [`Model::segment`]).
+    pub segments: Vec<Segment>,
+}
+
+/// One segment's activations, in elements per sample.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Segment {
+    /// Its input: what checkpointing keeps.
+    pub input: usize,
+    /// What its backward needs besides the input: what checkpointing recomputes.
+    pub saved: Vec<usize>,
+    pub output: usize,
+}
+
+impl TensorCensus {
+    /// Every activation the backward pass needs without checkpointing, in forward order.
+    pub fn saved_activations(&self) -> Vec<usize> {
+        self.segments
+            .iter()
+            .flat_map(|s| std::iter::once(s.input).chain(s.saved.iter().copied()))
+            .collect()
+    }
 }
 
 impl ModelConfig {

@@ -107,8 +107,9 @@ pub struct TrainConfig {
     /// (the effective batch without a cap).
     pub micro_batch: Option<usize>,
     pub duration: Duration,
-    /// Recompute memory-bound activations during backward instead of keeping them
-    /// (burn's balanced gradient checkpointing): less memory, more compute, same gradients.
+    /// Activation checkpointing: keep only each segment's input (a layer of the MLP, a
+    /// conv block of the CNN) and recompute the segment during backward: less memory, one
+    /// more forward pass, same gradients.
     pub checkpointing: bool,
     pub precision: Precision,
     /// Hard cap on the bytes the run holds (device reservation plus data pipeline);

@@ -8,6 +8,7 @@ pub mod events;
 pub mod optimizer;
 pub mod plan;
 pub mod precision;
+pub mod recompute;
 pub mod run;
 pub mod schedule;
 pub mod step;

@@ -4,11 +4,33 @@ use burn::prelude::Device;
 
 use super::config::{OptimizerKind, Precision, TrainConfig};
 use super::error::TrainError;
-use super::trainer::{effective_precision, input_shape};
-use crate::data::{DataSource, Split};
+use crate::data::{DataSource, Manifest, Split};
 use crate::memory::{Candidate, Plan, PlanRequest, PoolModel};
 use crate::model::InputShape;
 use crate::units::format_bytes;
+
+/// What the trainer needs to know about a dataset: images of one channel, u8 labels.
+pub fn input_shape(manifest: &Manifest) -> Result<InputShape, TrainError> {
+    match manifest.sample_shape[..] {
+        [height, width] => Ok(InputShape {
+            height,
+            width,
+            classes: manifest.class_names.len(),
+        }),
+        ref other => Err(TrainError::Dataset(format!(
+            "samples of shape {other:?}; expected [height, width] images"
+        ))),
+    }
+}
+
+/// The precision a device can run: f16 only where it stores and computes half floats.
+pub fn effective_precision(asked: Precision, device: &Device, backend: &str) -> (Precision, Option<String>) {
+    if asked == Precision::F16 && !device.supports_dtype(Precision::F16.dtype()) {
+        let note = format!("the {backend} device does not support f16 (shader-f16); training in f32");
+        return (Precision::F32, Some(note));
+    }
+    (asked, None)
+}
 
 /// A config checked against its dataset and device, and the planner's answer for it.
 #[derive(Clone, Debug)]

@@ -5,6 +5,7 @@ use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::prelude::*;
 
 use super::config::Precision;
+use super::recompute::{Objective, backward_by_segments};
 use super::{precision, tensors};
 use crate::data::Batch;
 use crate::memory::MemoryTracker;
@@ -16,62 +17,106 @@ pub struct StepGradients {
     pub loss: Tensor<1>,
 }
 
-/// Forward and backward over `batch` in micro-batches of at most `micro_batch` samples.
+/// How a step's forward and backward passes run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MicroSteps {
+    /// Samples per forward/backward pass.
+    pub micro_batch: usize,
+    pub precision: Precision,
+    /// The factor the loss is multiplied by before backward (f16), divided out after.
+    pub loss_scale: f32,
+    /// Keep only each segment's input and recompute the segment in backward.
+    pub recompute: bool,
+}
+
+impl MicroSteps {
+    /// Plain f32 passes of `micro_batch` samples.
+    pub fn f32(micro_batch: usize) -> Self {
+        MicroSteps {
+            micro_batch,
+            precision: Precision::F32,
+            loss_scale: 1.0,
+            recompute: false,
+        }
+    }
+}
+
+/// Forward and backward over `batch` in micro-batches of at most `steps.micro_batch`
+/// samples.
 ///
 /// Each micro-batch's mean loss is weighted by its share of the batch (n_i / N) before
 /// backward, so the accumulated gradients equal those of one pass over all N samples:
 /// burn's accumulator only sums.
 ///
 /// Under f16 the forward and backward passes run on a half copy of `model` with the loss
-/// multiplied by `loss_scale`; the gradients come back as f32, unscaled, under the master
+/// multiplied by the loss scale; the gradients come back as f32, unscaled, under the master
 /// weights' ids.
-#[allow(clippy::too_many_arguments)]
+///
+/// `tracker` is sampled where the activations peak: after each forward pass (each
+/// recomputed segment's, with recomputation) and after each backward pass.
 pub fn accumulate_gradients(
     model: &Model,
     batch: &Batch,
-    micro_batch: usize,
-    precision: Precision,
-    loss_scale: f32,
+    steps: MicroSteps,
     input: &InputShape,
     device: &Device,
     mut tracker: Option<&mut MemoryTracker>,
 ) -> StepGradients {
     let total = batch.len();
-    let half = (precision == Precision::F16).then(|| precision::half_copy(model));
+    let half = (steps.precision == Precision::F16).then(|| precision::half_copy(model));
+    let forward_model = half.as_ref().unwrap_or(model);
     let loss_fn = CrossEntropyLossConfig::new().init(device);
     let mut accumulator = GradientsAccumulator::<Model>::new();
     let mut loss_sum: Option<Tensor<1>> = None;
-    for start in (0..total).step_by(micro_batch.max(1)) {
-        let end = (start + micro_batch).min(total);
-        let images = tensors::images(
-            &batch.features[start * batch.sample_bytes..end * batch.sample_bytes],
-            input,
-            precision,
-            device,
-        );
+    for start in (0..total).step_by(steps.micro_batch.max(1)) {
+        let end = (start + steps.micro_batch).min(total);
+        let upload = || {
+            tensors::images(
+                &batch.features[start * batch.sample_bytes..end * batch.sample_bytes],
+                input,
+                steps.precision,
+                device,
+            )
+        };
         let targets = tensors::targets(&batch.labels[start..end], device);
         let share = (end - start) as f32 / total as f32;
-        let (loss, grads) = match &half {
-            None => {
-                let loss = loss_fn.forward(model.forward(images), targets).mul_scalar(share);
-                let grads = GradientsParams::from_grads(loss.backward(), model);
-                (loss, grads)
-            }
-            Some(half) => {
-                // The loss and its softmax stay in f32: they need the range.
-                let logits = half
-                    .forward(images.cast(precision.dtype()))
-                    .cast(Precision::F32.dtype());
-                let loss = loss_fn.forward(logits, targets).mul_scalar(share);
-                let grads = GradientsParams::from_grads(loss.clone().mul_scalar(loss_scale).backward(), half);
-                (loss, precision::to_master(model, grads, loss_scale))
+        let objective = |logits: Tensor<2>| {
+            // The loss and its softmax stay in f32: they need the range.
+            let loss = loss_fn
+                .forward(logits.cast(Precision::F32.dtype()), targets)
+                .mul_scalar(share);
+            let backward_from = if steps.loss_scale == 1.0 {
+                loss.clone()
+            } else {
+                loss.clone().mul_scalar(steps.loss_scale)
+            };
+            Objective { loss, backward_from }
+        };
+        let to_master = |grads: GradientsParams| match &half {
+            None => grads,
+            Some(_) => precision::to_master(model, grads, steps.loss_scale),
+        };
+        let mut sample = || {
+            if let Some(tracker) = tracker.as_deref_mut() {
+                tracker.sample();
             }
         };
-        if let Some(tracker) = tracker.as_deref_mut() {
-            tracker.sample();
-        }
-        accumulator.accumulate(model, grads);
-        let loss = loss.detach();
+        let loss = if steps.recompute {
+            backward_by_segments(
+                forward_model,
+                upload,
+                objective,
+                |grads| accumulator.accumulate(model, to_master(grads)),
+                &mut sample,
+            )
+        } else {
+            let Objective { loss, backward_from } = objective(forward_model.forward(upload()));
+            sample();
+            let grads = GradientsParams::from_grads(backward_from.backward(), forward_model);
+            accumulator.accumulate(model, to_master(grads));
+            loss.detach()
+        };
+        sample();
         loss_sum = Some(match loss_sum {
             Some(sum) => sum + loss,
             None => loss,

@@ -11,9 +11,9 @@ use super::plan;
 use super::precision::{self, LossScaler};
 use super::run::Progress;
 use super::schedule::Schedule;
-use super::step::accumulate_gradients;
+use super::step::{MicroSteps, accumulate_gradients};
 use super::{optimizer, tensors};
-use crate::data::{Batch, BatchReader, DataSource, Manifest, Split};
+use crate::data::{Batch, BatchReader, DataSource, Split};
 use crate::memory::{Breakdown, Enforcement, Enforcer, MemorySample, MemoryTracker, Verdict};
 use crate::model::{InputShape, Model};
 use crate::units::format_bytes;
@@ -25,29 +25,6 @@ const SCALE_GROWTH_INTERVAL: u32 = 200;
 
 fn readback(error: impl std::fmt::Display) -> TrainError {
     TrainError::Readback(error.to_string())
-}
-
-/// What the trainer needs to know about a dataset: images of one channel, u8 labels.
-pub fn input_shape(manifest: &Manifest) -> Result<InputShape, TrainError> {
-    match manifest.sample_shape[..] {
-        [height, width] => Ok(InputShape {
-            height,
-            width,
-            classes: manifest.class_names.len(),
-        }),
-        ref other => Err(TrainError::Dataset(format!(
-            "samples of shape {other:?}; expected [height, width] images"
-        ))),
-    }
-}
-
-/// The precision a device can run: f16 only where it stores and computes half floats.
-pub fn effective_precision(asked: Precision, device: &Device, backend: &str) -> (Precision, Option<String>) {
-    if asked == Precision::F16 && !device.supports_dtype(Precision::F16.dtype()) {
-        let note = format!("the {backend} device does not support f16 (shader-f16); training in f32");
-        return (Precision::F32, Some(note));
-    }
-    (asked, None)
 }
 
 /// Device reservation plus data pipeline: what the cap counts. `None` without a device pool.
@@ -121,11 +98,7 @@ impl Trainer {
             });
         }
         let (micro_batch, predicted) = (chosen.micro_batch, chosen.breakdown);
-        let train_device = if config.checkpointing {
-            device.clone().autodiff().gradient_checkpointing()
-        } else {
-            device.clone().autodiff()
-        };
+        let train_device = device.clone().autodiff();
         // Seeded so the same config starts from the same weights.
         train_device.seed(config.seed);
         let model = config.model.init(&input, &train_device);
@@ -221,12 +194,16 @@ impl Trainer {
         let learning_rate = self.schedule.lr_at(self.step);
         let model = self.model.take().expect("the model is only taken during a step");
         let loss_scale = self.scaler.as_ref().map(LossScaler::scale);
+        let steps = MicroSteps {
+            micro_batch: self.micro_batch,
+            precision: self.precision,
+            loss_scale: loss_scale.unwrap_or(1.0),
+            recompute: self.config.checkpointing,
+        };
         let step = accumulate_gradients(
             &model,
             batch,
-            self.micro_batch,
-            self.precision,
-            loss_scale.unwrap_or(1.0),
+            steps,
             &self.input,
             &self.train_device,
             Some(&mut self.tracker),
