@@ -6,9 +6,7 @@ mod common;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::prelude::*;
-use headroom::data::{Batch, Codec, DataSource, MemoryGauge, Split, StreamOptions};
-use headroom::memory::MemoryTracker;
-use headroom::model::{InputShape, ModelConfig};
+use headroom::model::ModelConfig;
 use headroom::train::step::{MicroSteps, StepGradients, accumulate_gradients};
 use headroom::train::{BackendKind, Precision};
 
@@ -49,22 +47,8 @@ fn relative_difference(a: &[f32], b: &[f32]) -> f64 {
     diff / norm.max(1e-30)
 }
 
-async fn one_batch(samples: usize) -> (Batch, InputShape) {
-    let dataset = common::synthetic_dataset(samples, samples, Codec::Lz4);
-    let source = DataSource::open(dataset.dir.to_str().unwrap(), StreamOptions::default())
-        .await
-        .unwrap();
-    let mut reader = headroom::data::BatchReader::new(
-        source.epoch(Split::Train, 0).unwrap(),
-        source.manifest().sample_bytes(),
-    );
-    let batch = reader.next_batch(samples).await.unwrap().unwrap();
-    let input = headroom::train::plan::input_shape(source.manifest()).unwrap();
-    (batch, input)
-}
-
 async fn accumulation_matches_one_pass(backend: BackendKind, model: ModelConfig) {
-    let (batch, input) = one_batch(256).await;
+    let (batch, input) = common::one_batch(256).await;
     let device = backend.device().autodiff();
     let model = model.init(&input, &device);
     let whole = accumulate_gradients(&model, &batch, MicroSteps::f32(256), &input, &device, None);
@@ -123,7 +107,7 @@ async fn four_micro_batches_of_64_give_the_gradients_of_one_batch_of_256_on_wgpu
 
 /// Plain passes against recomputed segments, on the same weights and batch.
 async fn recomputation_matches_keeping(backend: BackendKind, precision: Precision, tolerance: f64) {
-    let (batch, input) = one_batch(128).await;
+    let (batch, input) = common::one_batch(128).await;
     let device = backend.device().autodiff();
     for config in [
         ModelConfig::Mlp { hidden: vec![96, 64] },
@@ -169,7 +153,7 @@ async fn recomputed_segments_give_the_gradients_of_kept_activations_on_wgpu() {
 async fn f16_gradients_recomputed_by_segments_come_close_to_f32_on_wgpu() {
     // Half precision rounds, but the master gradients must be those of the same loss: a
     // batch or a copy of the weights in the wrong type gives gradients of another one.
-    let (batch, input) = one_batch(128).await;
+    let (batch, input) = common::one_batch(128).await;
     let device = BackendKind::Wgpu.device().autodiff();
     let model = ModelConfig::Mlp { hidden: vec![96, 64] }.init(&input, &device);
     let f32 = accumulate_gradients(&model, &batch, MicroSteps::f32(64), &input, &device, None);
@@ -181,54 +165,4 @@ async fn f16_gradients_recomputed_by_segments_come_close_to_f32_on_wgpu() {
     };
     let f16 = accumulate_gradients(&model, &batch, f16, &input, &device, None);
     assert_same_gradients(BackendKind::Wgpu, &model, f32, f16, 2e-2);
-}
-
-/// Device bytes in use at the step's peak above those before it: the activations and
-/// gradients one step holds.
-async fn step_bytes(model: ModelConfig, micro_batch: usize, recompute: bool) -> u64 {
-    let (batch, input) = one_batch(micro_batch).await;
-    let device = BackendKind::Wgpu.device();
-    let train_device = device.clone().autodiff();
-    let model = model.init(&input, &train_device);
-    let mut tracker = MemoryTracker::new(device, MemoryGauge::default());
-    let before = tracker.sample().gpu_bytes_in_use.expect("wgpu reports its pool");
-    tracker.take_step_peak();
-    let steps = MicroSteps {
-        recompute,
-        ..MicroSteps::f32(micro_batch)
-    };
-    let step = accumulate_gradients(&model, &batch, steps, &input, &train_device, Some(&mut tracker));
-    let peak = tracker.take_step_peak().gpu_bytes_in_use.unwrap();
-    drop(step);
-    peak - before
-}
-
-#[tokio::test]
-async fn recomputation_holds_one_segments_activations_at_a_time() {
-    // Four equal layers, activations well above the parameters: kept, every layer's linear
-    // and ReLU outputs are alive at the peak; recomputed, the layer inputs and one layer's
-    // working set.
-    let mlp = ModelConfig::Mlp { hidden: vec![256; 4] };
-    let (kept, recomputed) = (
-        step_bytes(mlp.clone(), 2048, false).await,
-        step_bytes(mlp, 2048, true).await,
-    );
-    let ratio = recomputed as f64 / kept as f64;
-    assert!(
-        ratio < 0.7,
-        "MLP: {recomputed} bytes recomputed, {kept} kept ({ratio:.2})"
-    );
-    // The CNN's im2col patches are the bulk: recomputation holds one block's.
-    let cnn = ModelConfig::Cnn {
-        channels: vec![16, 32],
-    };
-    let (kept, recomputed) = (
-        step_bytes(cnn.clone(), 256, false).await,
-        step_bytes(cnn, 256, true).await,
-    );
-    let ratio = recomputed as f64 / kept as f64;
-    assert!(
-        ratio < 0.7,
-        "CNN: {recomputed} bytes recomputed, {kept} kept ({ratio:.2})"
-    );
 }

@@ -91,6 +91,24 @@ async fn webgpu_training_lowers_the_loss_with_every_memory_sample_under_the_cap(
 }
 
 #[wasm_bindgen_test]
+async fn recomputing_checkpointing_trains_on_webgpu_with_the_losses_of_kept_activations() {
+    let kept = losses(&train(Preference::WebGpu, config(Precision::F32)).await.1);
+    let checkpointed = TrainConfig {
+        checkpointing: true,
+        ..config(Precision::F32)
+    };
+    let (_, events) = train(Preference::WebGpu, checkpointed).await;
+    assert_learns(&events);
+    for (a, b) in kept.iter().zip(&losses(&events)) {
+        assert!(
+            (a - b).abs() <= 1e-3 * a.abs(),
+            "{kept:?} vs {:?}",
+            losses(&events)
+        );
+    }
+}
+
+#[wasm_bindgen_test]
 async fn the_cpu_fallback_trains_the_same_model() {
     let (backend, events) = train(Preference::Cpu, config(Precision::F32)).await;
     assert_eq!(backend, "ndarray");

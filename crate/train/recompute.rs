@@ -34,35 +34,38 @@ pub fn backward_by_segments(
     mut on_gradients: impl FnMut(GradientsParams),
     mut on_peak: impl FnMut(),
 ) -> Tensor<1> {
-    let count = model.segment_count();
+    let last = model.segment_count() - 1;
     let mut inputs = segment_inputs(model, upload().flatten(1, 3).inner());
     on_peak();
-    let mut objective = Some(objective);
-    let mut upstream: Option<Tensor<2>> = None;
-    let mut loss = None;
-    for index in (0..count).rev() {
-        // The first segment's input is the batch: uploaded again, and no gradient is
-        // needed for it.
-        let input = match inputs.pop() {
-            Some(saved) => saved.autodiff().require_grad(),
-            None => upload().flatten(1, 3),
-        };
+    // The first segment's input is the batch: uploaded again for its turn, and no gradient
+    // is needed for it.
+    let segment_input = |inputs: &mut Vec<Tensor<2>>| match inputs.pop() {
+        Some(saved) => saved.autodiff().require_grad(),
+        None => upload().flatten(1, 3),
+    };
+    // Backward from `from`, handing on the parameters' gradients; returns the gradient of
+    // the segment's input (none for the batch).
+    let mut backward = |input: Tensor<2>, from: Tensor<1>| {
+        let mut grads = from.backward();
+        let upstream = input.grad_remove(&mut grads);
+        on_gradients(GradientsParams::from_grads(grads, model));
+        upstream
+    };
+    let input = segment_input(&mut inputs);
+    let output = model.segment(last, input.clone());
+    on_peak();
+    let Objective { loss, backward_from } = objective(output);
+    let mut upstream = backward(input, backward_from);
+    for index in (0..last).rev() {
+        let input = segment_input(&mut inputs);
         let output = model.segment(index, input.clone());
         on_peak();
-        let backward_from = match (upstream.take(), objective.take()) {
-            (Some(upstream), _) => (output * upstream.autodiff()).sum(),
-            (None, Some(objective)) => {
-                let last = objective(output);
-                loss = Some(last.loss.detach());
-                last.backward_from
-            }
-            (None, None) => unreachable!("every segment but the last has an upstream gradient"),
-        };
-        let mut grads = backward_from.backward();
-        upstream = input.grad_remove(&mut grads);
-        on_gradients(GradientsParams::from_grads(grads, model));
+        // Every input but the batch requires its gradient, so only segment 0 has none to
+        // hand on.
+        let Some(gradient) = upstream.take() else { break };
+        upstream = backward(input, (output * gradient.autodiff()).sum());
     }
-    loss.expect("a model has at least one segment")
+    loss.detach()
 }
 
 /// The inputs of segments 1 and on, computed without autodiff: nothing else of the

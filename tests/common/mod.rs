@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use headroom::data::import::generate_synthetic;
 use headroom::data::writer::WriterOptions;
-use headroom::data::{Codec, Manifest};
+use headroom::data::{Batch, BatchReader, Codec, DataSource, Manifest, Split, StreamOptions};
+use headroom::model::InputShape;
 
 /// A generated dataset in a temporary folder: `dir` holds `manifest.json` and the chunks.
 pub struct TestDataset {
@@ -35,4 +36,20 @@ pub fn headroom(args: &[&str]) -> std::process::Output {
         .args(args)
         .output()
         .expect("run headroom")
+}
+
+/// One batch of `samples` generated samples, read through the data pipeline, and the
+/// input shape of its dataset.
+pub async fn one_batch(samples: usize) -> (Batch, InputShape) {
+    let dataset = synthetic_dataset(samples, samples, Codec::Lz4);
+    let source = DataSource::open(dataset.dir.to_str().unwrap(), StreamOptions::default())
+        .await
+        .unwrap();
+    let mut reader = BatchReader::new(
+        source.epoch(Split::Train, 0).unwrap(),
+        source.manifest().sample_bytes(),
+    );
+    let batch = reader.next_batch(samples).await.unwrap().unwrap();
+    let input = headroom::train::plan::input_shape(source.manifest()).unwrap();
+    (batch, input)
 }

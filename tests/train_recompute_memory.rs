@@ -1,0 +1,62 @@
+//! Recomputation measured: the device bytes a step holds, with and without it. Alone in
+//! its binary: tests running beside it on the same device would add their tensors to the
+//! pool's figures.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use headroom::data::MemoryGauge;
+use headroom::memory::MemoryTracker;
+use headroom::model::ModelConfig;
+use headroom::train::BackendKind;
+use headroom::train::step::{MicroSteps, accumulate_gradients};
+
+/// Device bytes in use at the step's peak above those before it: the activations and
+/// gradients one step holds.
+async fn step_bytes(model: ModelConfig, micro_batch: usize, recompute: bool) -> u64 {
+    let (batch, input) = common::one_batch(micro_batch).await;
+    let device = BackendKind::Wgpu.device();
+    let train_device = device.clone().autodiff();
+    let model = model.init(&input, &train_device);
+    let mut tracker = MemoryTracker::new(device, MemoryGauge::default());
+    let before = tracker.sample().gpu_bytes_in_use.expect("wgpu reports its pool");
+    tracker.take_step_peak();
+    let steps = MicroSteps {
+        recompute,
+        ..MicroSteps::f32(micro_batch)
+    };
+    let step = accumulate_gradients(&model, &batch, steps, &input, &train_device, Some(&mut tracker));
+    let peak = tracker.take_step_peak().gpu_bytes_in_use.unwrap();
+    drop(step);
+    peak - before
+}
+
+#[tokio::test]
+async fn recomputation_holds_one_segments_activations_at_a_time() {
+    // Four equal layers, activations well above the parameters: kept, every layer's linear
+    // and ReLU outputs are alive at the peak; recomputed, the layer inputs and one layer's
+    // working set.
+    let mlp = ModelConfig::Mlp { hidden: vec![256; 4] };
+    let (kept, recomputed) = (
+        step_bytes(mlp.clone(), 2048, false).await,
+        step_bytes(mlp, 2048, true).await,
+    );
+    let ratio = recomputed as f64 / kept as f64;
+    assert!(
+        ratio < 0.7,
+        "MLP: {recomputed} bytes recomputed, {kept} kept ({ratio:.2})"
+    );
+    // The CNN's im2col patches are the bulk: recomputation holds one block's.
+    let cnn = ModelConfig::Cnn {
+        channels: vec![16, 32],
+    };
+    let (kept, recomputed) = (
+        step_bytes(cnn.clone(), 256, false).await,
+        step_bytes(cnn, 256, true).await,
+    );
+    let ratio = recomputed as f64 / kept as f64;
+    assert!(
+        ratio < 0.7,
+        "CNN: {recomputed} bytes recomputed, {kept} kept ({ratio:.2})"
+    );
+}
