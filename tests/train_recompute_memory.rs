@@ -33,30 +33,26 @@ async fn step_bytes(model: ModelConfig, micro_batch: usize, recompute: bool) -> 
 
 #[tokio::test]
 async fn recomputation_holds_one_segments_activations_at_a_time() {
-    // Four equal layers, activations well above the parameters: kept, every layer's linear
-    // and ReLU outputs are alive at the peak; recomputed, the layer inputs and one layer's
-    // working set.
-    let mlp = ModelConfig::Mlp { hidden: vec![256; 4] };
-    let (kept, recomputed) = (
-        step_bytes(mlp.clone(), 2048, false).await,
-        step_bytes(mlp, 2048, true).await,
-    );
-    let ratio = recomputed as f64 / kept as f64;
-    assert!(
-        ratio < 0.7,
-        "MLP: {recomputed} bytes recomputed, {kept} kept ({ratio:.2})"
-    );
-    // The CNN's im2col patches are the bulk: recomputation holds one block's.
-    let cnn = ModelConfig::Cnn {
-        channels: vec![16, 32],
-    };
-    let (kept, recomputed) = (
-        step_bytes(cnn.clone(), 256, false).await,
-        step_bytes(cnn, 256, true).await,
-    );
-    let ratio = recomputed as f64 / kept as f64;
-    assert!(
-        ratio < 0.7,
-        "CNN: {recomputed} bytes recomputed, {kept} kept ({ratio:.2})"
-    );
+    let cases = [
+        // Four equal layers, activations well above the parameters: kept, every layer's
+        // linear and ReLU outputs are alive at the peak; recomputed, the layer inputs and
+        // one layer's working set.
+        (ModelConfig::Mlp { hidden: vec![256; 4] }, 2048),
+        // The CNN's im2col patches are the bulk: recomputation holds one block's.
+        (
+            ModelConfig::Cnn {
+                channels: vec![16, 32],
+            },
+            256,
+        ),
+    ];
+    for (model, micro_batch) in cases {
+        let kept = step_bytes(model.clone(), micro_batch, false).await;
+        let recomputed = step_bytes(model.clone(), micro_batch, true).await;
+        let ratio = recomputed as f64 / kept as f64;
+        assert!(
+            ratio < 0.7,
+            "{model:?}: {recomputed} bytes recomputed, {kept} kept ({ratio:.2})"
+        );
+    }
 }
