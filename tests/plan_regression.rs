@@ -1,0 +1,80 @@
+//! The planner against the device: for a handful of settings on wgpu (lavapipe here), MLP
+//! and CNN, each lever, the predicted device reservation must stay within 15% of the
+//! measured one. A model or allocator change that moves the real peak without the census
+//! following it fails here, not in a user's run. `headroom bench plan` prints the wider
+//! table, held-out settings included.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use headroom::data::Codec;
+use serde_json::Value;
+
+/// Settings and the lever each exercises.
+const SETTINGS: &[&str] = &[
+    "--model mlp --hidden 512,256 --effective-batch 256 --micro-batch 256",
+    "--model mlp --hidden 1024,1024 --effective-batch 256 --micro-batch 256",
+    "--model mlp --hidden 512 --effective-batch 2048 --micro-batch 256",
+    "--model mlp --hidden 512,256 --effective-batch 256 --micro-batch 256 --precision f16",
+    "--model mlp --hidden 1024,1024,1024,1024 --effective-batch 1024 --micro-batch 1024 --precision f16 --checkpointing",
+    "--model cnn --channels 16,32 --effective-batch 64 --micro-batch 64",
+    "--model cnn --channels 16,32 --effective-batch 64 --micro-batch 64 --precision f16",
+    "--model cnn --channels 16,32 --effective-batch 64 --micro-batch 64 --checkpointing",
+];
+
+/// Predicted and measured peak device reservation of 3 steps of `setting`, in its own
+/// process (a fresh pool).
+fn predicted_and_measured(data: &str, setting: &str) -> (u64, u64) {
+    let metrics = tempfile::NamedTempFile::new().unwrap();
+    let mut args = vec![
+        "train",
+        "--data",
+        data,
+        "--backend",
+        "wgpu",
+        "--no-eval",
+        "--steps",
+        "3",
+        "--metrics",
+        metrics.path().to_str().unwrap(),
+    ];
+    args.extend(setting.split(' '));
+    let output = common::headroom(&args);
+    assert!(
+        output.status.success(),
+        "{setting}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let events: Vec<Value> = std::fs::read_to_string(metrics.path())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let find = |kind: &str| events.iter().find(|e| e["event"] == kind).unwrap();
+    let predicted: headroom::memory::Breakdown =
+        serde_json::from_value(find("started")["predicted"].clone()).unwrap();
+    let measured = find("finished")["peak_memory"]["gpu_bytes_reserved"]
+        .as_u64()
+        .expect("wgpu reports its pool");
+    (predicted.device(), measured)
+}
+
+#[test]
+fn the_plan_stays_within_15_percent_of_the_measured_peak_on_each_lever() {
+    let dataset = common::synthetic_dataset(4096, 2048, Codec::Lz4);
+    let data = dataset.dir.to_str().unwrap();
+    let misses: Vec<String> = SETTINGS
+        .iter()
+        .filter_map(|setting| {
+            let (predicted, measured) = predicted_and_measured(data, setting);
+            let error = (predicted as f64 - measured as f64) / measured as f64;
+            (error.abs() > 0.15).then(|| {
+                format!(
+                    "{setting}: predicted {predicted}, measured {measured} ({:+.1}%)",
+                    100.0 * error
+                )
+            })
+        })
+        .collect();
+    assert!(misses.is_empty(), "the plan missed:\n{}", misses.join("\n"));
+}
