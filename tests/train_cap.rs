@@ -104,18 +104,21 @@ fn assert_every_step_under(run: &Run, cap: u64) {
 
 #[test]
 fn a_cap_between_the_plan_and_the_measured_peak_is_held_by_shrinking_during_the_run() {
-    // Two wide layers at micro-batch 64: the allocator's pages hold more than the census
-    // predicts (56 MiB reserved against 48 MiB predicted when this was written), so the
-    // plan lets the setting start and only the enforcer can catch it.
+    // One 2.2 M-parameter layer under AdamW: the update's temporaries and the allocator's
+    // pages hold more than the census predicts (62.5 MiB predicted, 79 MiB measured when
+    // this was written), so the plan lets the setting start and only the enforcer can
+    // catch it.
     let dataset = common::synthetic_dataset(2048, 1024, Codec::Lz4);
     let data = dataset.dir.to_str().unwrap();
     let flags = [
         "--hidden",
-        "1024,1024",
+        "2800",
+        "--optimizer",
+        "adamw",
         "--effective-batch",
-        "256",
+        "96",
         "--micro-batch",
-        "64",
+        "96",
         "--steps",
         "4",
     ];
@@ -123,8 +126,8 @@ fn a_cap_between_the_plan_and_the_measured_peak_is_held_by_shrinking_during_the_
     let measured = held(&uncapped.finished()["peak_memory"]);
     let started = uncapped.of("started").next().expect("a started event");
     let predicted = started["predicted_peak"].as_u64().unwrap();
-    // A cap just above the measured peak: every step can stay under it, yet the first one
-    // passes the enforcer's 90%.
+    // A cap just above the measured peak: every step can stay under it, yet the step
+    // that peaks passes the enforcer's 90%.
     let cap = measured + (1 << 20);
     assert!(
         predicted as f64 <= 0.9 * cap as f64,
@@ -135,7 +138,7 @@ fn a_cap_between_the_plan_and_the_measured_peak_is_held_by_shrinking_during_the_
     let first = capped.of("enforced").next().expect("the enforcer never acted");
     assert_eq!(first["predicted"], false, "{first}");
     assert!(first["step"].as_u64().unwrap() >= 1, "{first}");
-    assert!(first["to_micro_batch"].as_u64().unwrap() < 64, "{first}");
+    assert!(first["to_micro_batch"].as_u64().unwrap() < 96, "{first}");
     assert_every_step_under(&capped, cap);
     assert_eq!(
         capped.finished()["samples_seen"],
