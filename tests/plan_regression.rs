@@ -8,7 +8,6 @@
 mod common;
 
 use headroom::data::Codec;
-use serde_json::Value;
 
 /// Settings and the lever each exercises.
 const SETTINGS: &[&str] = &[
@@ -25,31 +24,8 @@ const SETTINGS: &[&str] = &[
 /// Predicted and measured peak device reservation of 3 steps of `setting`, in its own
 /// process (a fresh pool).
 fn predicted_and_measured(data: &str, setting: &str) -> (u64, u64) {
-    let metrics = tempfile::NamedTempFile::new().unwrap();
-    let mut args = vec![
-        "train",
-        "--data",
-        data,
-        "--backend",
-        "wgpu",
-        "--no-eval",
-        "--steps",
-        "3",
-        "--metrics",
-        metrics.path().to_str().unwrap(),
-    ];
-    args.extend(setting.split(' '));
-    let output = common::headroom(&args);
-    assert!(
-        output.status.success(),
-        "{setting}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let events: Vec<Value> = std::fs::read_to_string(metrics.path())
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let flags: Vec<&str> = ["--steps", "3"].into_iter().chain(setting.split(' ')).collect();
+    let events = common::train_events_on_wgpu(data, &flags);
     let find = |kind: &str| events.iter().find(|e| e["event"] == kind).unwrap();
     let predicted: headroom::memory::Breakdown =
         serde_json::from_value(find("started")["predicted"].clone()).unwrap();

@@ -46,33 +46,15 @@ fn train(data: &str, cap: Option<u64>) -> Run {
     )
 }
 
-/// `headroom train` on wgpu without evaluation, its events read back from `--metrics`.
+/// `headroom train` on wgpu without evaluation, under `cap` if given.
 fn train_with(data: &str, flags: &[&str], cap: Option<u64>) -> Run {
-    let metrics = tempfile::NamedTempFile::new().unwrap();
     let cap = cap.map(|c| c.to_string());
-    let mut args = vec![
-        "train",
-        "--data",
-        data,
-        "--backend",
-        "wgpu",
-        "--no-eval",
-        "--metrics",
-    ];
-    args.push(metrics.path().to_str().unwrap());
-    args.extend(flags);
+    let mut flags = flags.to_vec();
     if let Some(cap) = &cap {
-        args.extend(["--cap", cap]);
+        flags.extend(["--cap", cap]);
     }
-    let output = common::headroom(&args);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = std::fs::read_to_string(metrics.path()).unwrap();
     Run {
-        events: text.lines().map(|l| serde_json::from_str(l).unwrap()).collect(),
+        events: common::train_events_on_wgpu(data, &flags),
     }
 }
 

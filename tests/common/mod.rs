@@ -38,6 +38,37 @@ pub fn headroom(args: &[&str]) -> std::process::Output {
         .expect("run headroom")
 }
 
+/// `headroom train --data DATA --backend wgpu --no-eval` with `flags`, in its own process
+/// (a fresh device pool); every event it wrote to `--metrics`. Fails the test if the run
+/// fails.
+pub fn train_events_on_wgpu(data: &str, flags: &[&str]) -> Vec<serde_json::Value> {
+    let metrics = tempfile::NamedTempFile::new().expect("temp file");
+    let path = metrics.path().to_str().expect("a UTF-8 temp path");
+    let mut args = vec![
+        "train",
+        "--data",
+        data,
+        "--backend",
+        "wgpu",
+        "--no-eval",
+        "--metrics",
+        path,
+    ];
+    args.extend(flags);
+    let output = headroom(&args);
+    assert!(
+        output.status.success(),
+        "headroom train {}: {}",
+        flags.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::read_to_string(metrics.path())
+        .expect("the metrics file")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON event"))
+        .collect()
+}
+
 /// One batch of `samples` generated samples, read through the data pipeline, and the
 /// input shape of its dataset.
 pub async fn one_batch(samples: usize) -> (Batch, InputShape) {
