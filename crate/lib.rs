@@ -7,6 +7,7 @@ pub mod data;
 pub mod memory;
 pub mod model;
 pub mod platform;
+pub mod settings;
 pub mod train;
 pub mod units;
 

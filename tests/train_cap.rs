@@ -84,30 +84,42 @@ fn assert_every_step_under(run: &Run, cap: u64) {
     }
 }
 
-#[test]
-fn a_cap_between_the_plan_and_the_measured_peak_is_held_by_shrinking_during_the_run() {
-    // One 2.2 M-parameter layer under AdamW: the update's temporaries and the allocator's
-    // pages hold more than the census predicts (62.5 MiB predicted, 79 MiB measured when
-    // this was written), so the plan lets the setting start and only the enforcer can
-    // catch it.
-    let dataset = common::synthetic_dataset(2048, 1024, Codec::Lz4);
-    let data = dataset.dir.to_str().unwrap();
-    let flags = [
+/// One 2.2 M-parameter layer under AdamW, `batch` samples a step: without probes, the
+/// allocator's pages grow over the first steps past what the census predicts (62.5 MiB
+/// predicted at 96, 79 MiB measured when this was written).
+fn wide_adamw(batch: &'static str, calibrate: bool) -> Vec<&'static str> {
+    let mut flags = vec![
         "--hidden",
         "2800",
         "--optimizer",
         "adamw",
         "--effective-batch",
-        "96",
+        batch,
         "--micro-batch",
-        "96",
+        batch,
         "--steps",
         "4",
     ];
+    if !calibrate {
+        flags.push("--no-calibrate");
+    }
+    flags
+}
+
+fn started(run: &Run) -> &Value {
+    run.of("started").next().expect("a started event")
+}
+
+#[test]
+fn a_cap_between_the_census_and_the_measured_peak_is_held_by_shrinking_during_the_run() {
+    // Planned on the census alone, the setting starts under the cap and only the
+    // enforcer can catch it.
+    let dataset = common::synthetic_dataset(2048, 1024, Codec::Lz4);
+    let data = dataset.dir.to_str().unwrap();
+    let flags = wide_adamw("96", false);
     let uncapped = train_with(data, &flags, None);
     let measured = held(&uncapped.finished()["peak_memory"]);
-    let started = uncapped.of("started").next().expect("a started event");
-    let predicted = started["predicted_peak"].as_u64().unwrap();
+    let predicted = started(&uncapped)["predicted_peak"].as_u64().unwrap();
     // A cap just above the measured peak: every step can stay under it, yet the step
     // that peaks passes the enforcer's 90%.
     let cap = measured + (1 << 20);
@@ -127,6 +139,80 @@ fn a_cap_between_the_plan_and_the_measured_peak_is_held_by_shrinking_during_the_
         uncapped.finished()["samples_seen"]
     );
     assert_same_losses(&uncapped, &capped);
+}
+
+#[test]
+fn the_calibrated_plan_shrinks_before_step_1_where_the_measured_peak_would_pass_the_cap() {
+    let dataset = common::synthetic_dataset(4096, 1024, Codec::Lz4);
+    let data = dataset.dir.to_str().unwrap();
+    let uncapped = train(data, None);
+    let measured = held(&uncapped.finished()["peak_memory"]);
+    let calibrated = started(&uncapped)["calibrated_peak"]
+        .as_u64()
+        .expect("wgpu calibrates");
+    let error = (calibrated as f64 - measured as f64) / measured as f64;
+    assert!(
+        error.abs() <= 0.10,
+        "calibrated {calibrated}, measured {measured} ({:+.1}%)",
+        100.0 * error
+    );
+    // Just above the measured peak: a step at the full micro-batch would pass the
+    // enforcer's 90%, and the probes have measured it.
+    let cap = measured + (1 << 20);
+    let capped = train(data, Some(cap));
+    let changes: Vec<&Value> = capped.of("enforced").collect();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(changes[0]["predicted"], true, "{}", changes[0]);
+    assert_eq!(changes[0]["step"], 0, "{}", changes[0]);
+    assert!(changes[0]["to_micro_batch"].as_u64().unwrap() < 2048);
+    assert_every_step_under(&capped, cap);
+    assert_same_losses(&uncapped, &capped);
+}
+
+#[test]
+fn a_cap_no_shrink_can_meet_ends_with_the_over_the_cap_error_or_is_refused_before_step_1() {
+    // Two samples a step: parameters and AdamW's state are the whole peak, so shrinking
+    // the micro-batch frees nothing.
+    let dataset = common::synthetic_dataset(256, 256, Codec::Lz4);
+    let data = dataset.dir.to_str().unwrap();
+    let census_only = wide_adamw("2", false);
+    let uncapped = train_with(data, &census_only, None);
+    let predicted = started(&uncapped)["predicted_peak"].as_u64().unwrap();
+    let measured = held(&uncapped.finished()["peak_memory"]);
+    // The census's figure passes the plan; the measured peak is over the cap.
+    let cap = (predicted as f64 / 0.9) as u64 + (1 << 19);
+    assert!(
+        measured > cap,
+        "the census now predicts this setting (predicted {predicted}, measured {measured}): \
+         pick one it under-predicts"
+    );
+    let cap_flag = cap.to_string();
+    let run = |flags: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--data",
+            data,
+            "--backend",
+            "wgpu",
+            "--no-eval",
+            "--cap",
+            &cap_flag,
+        ];
+        args.extend(flags);
+        common::headroom(&args)
+    };
+    let exceeded = run(&census_only);
+    assert!(!exceeded.status.success());
+    let stderr = String::from_utf8_lossy(&exceeded.stderr);
+    assert!(
+        stderr.contains("over the cap of") && stderr.contains("a smaller micro-batch frees nothing more"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let refused = run(&wide_adamw("2", true));
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("fits no setting of this run"), "{stderr}");
 }
 
 #[test]

@@ -97,6 +97,16 @@ function showPlan(preview) {
   plan.dataset.predictedPeak = chosen.predicted_peak;
 }
 
+/// The run's figure after the probe steps, beside the census's preview.
+function showCalibration(started) {
+  if (started.calibrated_peak == null) return;
+  const probes = started.calibration.probes.map((p) => `${p.micro_batch}: ${formatBytes(p.peak_reserved)}`).join(", ");
+  const line = `Calibrated on probe steps: peak ${formatBytes(started.calibrated_peak)} at micro-batch ${started.micro_batch} (census ${formatBytes(started.predicted_peak)}; device measured at micro-batch ${probes}).`;
+  const plan = $("plan");
+  plan.textContent = `${plan.textContent} ${line}`;
+  plan.dataset.calibratedPeak = started.calibrated_peak;
+}
+
 function schedulePlan() {
   clearTimeout(planTimer);
   planTimer = setTimeout(() => {
@@ -116,7 +126,8 @@ function onEvents(events, at) {
     switch (event.event) {
       case "started":
         page.total = event.total_steps;
-        charts.startRun(at, event.cap, event.predicted_peak);
+        charts.startRun(at, event.cap, event.calibrated_peak ?? event.predicted_peak);
+        showCalibration(event);
         if (event.precision_note) showStatus(`Training (${event.precision_note}).`);
         break;
       case "step":

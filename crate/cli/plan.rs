@@ -2,7 +2,8 @@ use clap::Args;
 
 use super::model_args::ModelArgs;
 use crate::data::{DataSource, StreamOptions};
-use crate::memory::{Plan, PoolModel, plan};
+use crate::memory::{Candidate, Plan, PoolModel, plan};
+use crate::train::calibrate::probed_plan;
 use crate::train::plan::{effective_precision, input_shape};
 use crate::train::{BackendKind, OptimizerConfig, OptimizerKind, Precision, TrainConfig, plan as train_plan};
 use crate::units::{format_bytes, parse_bytes};
@@ -28,6 +29,10 @@ pub struct PlanArgs {
     backend: BackendKind,
     #[arg(long, default_value_t = 2)]
     prefetch: usize,
+    /// Also run the probe steps on the device for the picked precision and checkpointing,
+    /// and show the calibrated figures beside the census's.
+    #[arg(long)]
+    calibrate: bool,
     /// Print the plan as JSON.
     #[arg(long)]
     json: bool,
@@ -78,7 +83,10 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         Some(only) => vec![only],
         None => vec![false, true],
     };
-    let plan = plan(&request, args.cap);
+    let mut plan = plan(&request, args.cap);
+    if args.calibrate {
+        calibrate(&mut plan, &config, &source, args.backend)?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&plan)?);
     } else {
@@ -94,13 +102,56 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     }
 }
 
+/// Probes the setting the census picked (its precision and checkpointing; the first
+/// candidate's where none fits) and puts the calibrated figures on that setting's
+/// candidates; the pick is made again among them.
+fn calibrate(
+    plan: &mut Plan,
+    config: &TrainConfig,
+    source: &DataSource,
+    backend: BackendKind,
+) -> anyhow::Result<()> {
+    let setting = plan.chosen().unwrap_or(&plan.candidates[0]);
+    let (precision, checkpointing) = (setting.precision, setting.checkpointing);
+    let config = TrainConfig {
+        precision,
+        checkpointing,
+        calibrate: true,
+        ..config.clone()
+    };
+    let device = backend.device().autodiff();
+    let (probed, _) = probed_plan(&config, source, &device, backend.name())?;
+    let Some(calibration) = probed.plan.calibration else {
+        eprintln!(
+            "note: the {} backend reports no device pool to calibrate on",
+            backend.name()
+        );
+        return Ok(());
+    };
+    let mut others: Vec<Candidate> = Vec::new();
+    plan.candidates.retain(|c| {
+        let keep = c.precision == precision && c.checkpointing == checkpointing;
+        if !keep {
+            others.push(c.clone());
+        }
+        keep
+    });
+    plan.calibrate(calibration);
+    // The other settings keep the census's figure, and are not picked over a measured one.
+    for c in &mut others {
+        c.fits = false;
+    }
+    plan.candidates.extend(others);
+    Ok(())
+}
+
 fn mib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1024.0 * 1024.0))
 }
 
 fn print_table(plan: &Plan) {
     println!(
-        "{:>1} {:>6} {:>5} {:>4} {:>5} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>4}",
+        "{:>1} {:>6} {:>5} {:>4} {:>5} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>8} {:>4}",
         "",
         "micro",
         "accum",
@@ -114,13 +165,14 @@ fn print_table(plan: &Plan) {
         "work",
         "pages",
         "data",
-        "peak MiB",
+        "census",
+        "calib.",
         "fits"
     );
     for (i, c) in plan.candidates.iter().enumerate() {
         let b = &c.breakdown;
         println!(
-            "{:>1} {:>6} {:>5} {:>4} {:>5} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>4}",
+            "{:>1} {:>6} {:>5} {:>4} {:>5} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>8} {:>4}",
             if plan.chosen == Some(i) { "*" } else { "" },
             c.micro_batch,
             c.accumulation_steps,
@@ -135,6 +187,7 @@ fn print_table(plan: &Plan) {
             mib(b.allocator_overhead),
             mib(b.data),
             mib(c.predicted_peak),
+            c.calibrated_peak.map_or("-".into(), mib),
             if c.fits { "yes" } else { "no" },
         );
     }
@@ -145,13 +198,13 @@ fn print_table(plan: &Plan) {
             c.accumulation_steps,
             c.precision,
             if c.checkpointing { ", checkpointing" } else { "" },
-            format_bytes(c.predicted_peak as usize),
+            format_bytes(c.peak() as usize),
             format_bytes(cap as usize)
         ),
         (Some(c), None) => println!(
             "* picked (no cap): micro-batch {}, {} predicted",
             c.micro_batch,
-            format_bytes(c.predicted_peak as usize)
+            format_bytes(c.peak() as usize)
         ),
         (None, _) => {}
     }

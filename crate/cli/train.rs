@@ -49,6 +49,10 @@ pub struct TrainArgs {
     /// Recompute activations during backward instead of keeping them.
     #[arg(long)]
     checkpointing: bool,
+    /// Plan on the tensor census alone: skip the probe steps that measure the device's
+    /// peak before step 1.
+    #[arg(long)]
+    no_calibrate: bool,
     #[arg(long, conflicts_with = "steps")]
     epochs: Option<u64>,
     #[arg(long)]
@@ -104,6 +108,7 @@ impl TrainArgs {
             checkpointing: self.checkpointing,
             precision: self.precision,
             cap: self.cap,
+            calibrate: !self.no_calibrate,
             eval_every: self.eval_every,
             evaluate: !self.no_eval,
             eval_samples: self.eval_samples,
@@ -177,7 +182,7 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
                             format!(", cap {}", format_bytes(cap as usize))
                         });
                         println!(
-                            "{} with {} parameters on {}: {} steps of {} samples ({} x {}), {}{}{}, predicted peak {}",
+                            "{} with {} parameters on {}: {} steps of {} samples ({} x {}), {}{}{}, predicted peak {}{}",
                             started.model,
                             started.parameters,
                             started.backend,
@@ -189,6 +194,10 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
                             if started.checkpointing { ", activation checkpointing" } else { "" },
                             cap,
                             format_bytes(started.predicted_peak as usize),
+                            started.calibrated_peak.map_or(String::new(), |peak| format!(
+                                " (census), {} (calibrated on probe steps)",
+                                format_bytes(peak as usize)
+                            )),
                         )
                     });
                 }

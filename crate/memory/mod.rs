@@ -1,11 +1,13 @@
 //! Memory: what a run holds (tracker), what it will hold (planner, pool) and the cap
 //! (enforcer).
 
+pub mod calibration;
 pub mod enforcer;
 pub mod planner;
 pub mod pool;
 pub mod tracker;
 
+pub use calibration::{Calibration, Probe};
 pub use enforcer::{Enforcement, Enforcer, Verdict};
 pub use planner::{Breakdown, Candidate, Plan, PlanRequest, plan};
 pub use pool::PoolModel;

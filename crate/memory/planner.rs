@@ -3,10 +3,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::calibration::Calibration;
 use super::enforcer::{self, HEADROOM};
 use super::pool::PoolModel;
 use crate::model::{InputShape, ModelConfig, Segment};
-use crate::train::{OptimizerKind, Precision};
+use crate::settings::{OptimizerKind, Precision};
 
 /// What a plan is made for: everything about a run that moves its memory, except the
 /// settings the planner chooses.
@@ -76,9 +77,19 @@ pub struct Candidate {
     pub precision: Precision,
     pub checkpointing: bool,
     pub breakdown: Breakdown,
-    /// Predicted peak bytes: device reservation plus data pipeline.
+    /// The census's peak: device reservation plus data pipeline.
     pub predicted_peak: u64,
+    /// The same corrected by the probe steps' measurements, once calibrated: what the
+    /// pick and `fits` then rest on.
+    pub calibrated_peak: Option<u64>,
     pub fits: bool,
+}
+
+impl Candidate {
+    /// The figure the pick rests on: calibrated where measured, the census otherwise.
+    pub fn peak(&self) -> u64 {
+        self.calibrated_peak.unwrap_or(self.predicted_peak)
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -90,6 +101,8 @@ pub struct Plan {
     /// Index into `candidates` of the pick: the largest micro-batch that fits, preferring
     /// f32 and no checkpointing among equals (less rounding, less recompute).
     pub chosen: Option<usize>,
+    /// The probes' correction, once the device was measured.
+    pub calibration: Option<Calibration>,
 }
 
 impl Plan {
@@ -101,9 +114,37 @@ impl Plan {
     pub fn smallest_fitting_cap(&self) -> Option<u64> {
         self.candidates
             .iter()
-            .map(|c| (c.predicted_peak as f64 / HEADROOM).ceil() as u64)
+            .map(|c| (c.peak() as f64 / HEADROOM).ceil() as u64)
             .min()
     }
+
+    /// Re-judges every candidate on the probes' measurements and picks again.
+    pub fn calibrate(&mut self, calibration: Calibration) {
+        for c in &mut self.candidates {
+            let peak = calibration.device_bytes(c.micro_batch, c.breakdown.device()) + c.breakdown.data;
+            c.calibrated_peak = Some(peak);
+            c.fits = self.cap.is_none_or(|cap| peak <= enforcer::limit(cap));
+        }
+        self.chosen = choose(&self.candidates);
+        self.calibration = Some(calibration);
+    }
+}
+
+/// The largest micro-batch that fits, preferring f32 and no checkpointing among equals.
+fn choose(candidates: &[Candidate]) -> Option<usize> {
+    candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.fits)
+        .max_by_key(|(_, c)| {
+            (
+                c.micro_batch,
+                c.precision == Precision::F32,
+                !c.checkpointing,
+                std::cmp::Reverse(c.peak()),
+            )
+        })
+        .map(|(i, _)| i)
 }
 
 fn divisors(n: usize) -> Vec<usize> {
@@ -129,28 +170,17 @@ pub fn plan(request: &PlanRequest, cap: Option<u64>) -> Plan {
                     checkpointing,
                     breakdown,
                     predicted_peak,
+                    calibrated_peak: None,
                     fits: cap.is_none_or(|cap| predicted_peak <= enforcer::limit(cap)),
                 });
             }
         }
     }
-    let chosen = candidates
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.fits)
-        .max_by_key(|(_, c)| {
-            (
-                c.micro_batch,
-                c.precision == Precision::F32,
-                !c.checkpointing,
-                std::cmp::Reverse(c.predicted_peak),
-            )
-        })
-        .map(|(i, _)| i);
     Plan {
         cap,
+        chosen: choose(&candidates),
         candidates,
-        chosen,
+        calibration: None,
     }
 }
 

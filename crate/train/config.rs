@@ -2,57 +2,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::StreamOptions;
 use crate::model::{InputShape, ModelConfig};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(not(target_arch = "wasm32"), derive(clap::ValueEnum))]
-#[serde(rename_all = "lowercase")]
-pub enum OptimizerKind {
-    Adam,
-    #[cfg_attr(not(target_arch = "wasm32"), value(name = "adamw"))]
-    AdamW,
-    Sgd,
-}
-
-/// How parameters and activations are stored.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(not(target_arch = "wasm32"), derive(clap::ValueEnum))]
-#[serde(rename_all = "lowercase")]
-pub enum Precision {
-    #[default]
-    F32,
-    /// Half-precision parameters and activations; f32 master weights, optimizer state and
-    /// loss, with dynamic loss scaling.
-    F16,
-}
-
-impl Precision {
-    pub fn bytes(self) -> usize {
-        match self {
-            Precision::F32 => 4,
-            Precision::F16 => 2,
-        }
-    }
-
-    pub fn dtype(self) -> burn::tensor::FloatDType {
-        match self {
-            Precision::F32 => burn::tensor::FloatDType::F32,
-            Precision::F16 => burn::tensor::FloatDType::F16,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::F32 => "f32",
-            Precision::F16 => "f16",
-        }
-    }
-}
-
-impl std::fmt::Display for Precision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use crate::settings::{OptimizerKind, Precision};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -115,6 +65,9 @@ pub struct TrainConfig {
     /// Hard cap on the bytes the run holds (device reservation plus data pipeline);
     /// the enforcer halves the micro-batch when a step would pass it.
     pub cap: Option<u64>,
+    /// Measure the peak of probe steps before step 1 and plan on it (see
+    /// `train::calibrate`); off, the plan rests on the tensor census alone.
+    pub calibrate: bool,
     /// Evaluate on the test split every this many steps (0: at the end of each epoch).
     pub eval_every: u64,
     /// Whether to evaluate at all (benchmarks measure training alone).
@@ -138,6 +91,7 @@ impl Default for TrainConfig {
             checkpointing: false,
             precision: Precision::F32,
             cap: None,
+            calibrate: true,
             eval_every: 0,
             evaluate: true,
             eval_samples: None,

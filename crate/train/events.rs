@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use super::config::Precision;
 use crate::data::Split;
-use crate::memory::{Breakdown, Enforcement, MemorySample};
+use crate::memory::{Breakdown, Calibration, Enforcement, MemorySample};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct RunStarted {
@@ -22,9 +22,13 @@ pub struct RunStarted {
     /// Why the asked-for precision was not used.
     pub precision_note: Option<String>,
     pub cap: Option<u64>,
-    /// The planner's peak for the setting the run starts with (device plus data).
+    /// The census's peak for the setting the run starts with (device plus data).
     pub predicted_peak: u64,
     pub predicted: Breakdown,
+    /// The same from the probe steps' measured line (device plus data): what the pick
+    /// rested on. `None` without calibration or a device pool.
+    pub calibrated_peak: Option<u64>,
+    pub calibration: Option<Calibration>,
 }
 
 #[derive(Clone, Debug, Serialize)]

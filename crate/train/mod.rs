@@ -2,6 +2,7 @@
 //! accumulation, optimizers, learning-rate schedule, evaluation, memory samples.
 
 pub mod backend;
+pub mod calibrate;
 pub mod config;
 pub mod error;
 pub mod events;

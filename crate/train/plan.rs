@@ -5,6 +5,7 @@ use burn::prelude::Device;
 use super::config::{OptimizerKind, Precision, TrainConfig};
 use super::error::TrainError;
 use crate::data::{DataSource, Manifest, Split};
+use crate::memory::planner::predict;
 use crate::memory::{Candidate, Plan, PlanRequest, PoolModel};
 use crate::model::InputShape;
 use crate::units::format_bytes;
@@ -41,6 +42,8 @@ pub struct RunPlan {
     pub precision: Precision,
     /// Why the asked-for precision was not used.
     pub precision_note: Option<String>,
+    /// What the plan was made for.
+    pub request: PlanRequest,
 }
 
 impl RunPlan {
@@ -54,12 +57,9 @@ impl RunPlan {
             .plan
             .candidates
             .iter()
-            .min_by_key(|c| c.predicted_peak)
+            .min_by_key(|c| c.peak())
             .expect("every effective batch has the divisor 1");
-        let needed = self
-            .plan
-            .smallest_fitting_cap()
-            .unwrap_or(smallest.predicted_peak);
+        let needed = self.plan.smallest_fitting_cap().unwrap_or(smallest.peak());
         let hint = match (self.precision, config.checkpointing) {
             (Precision::F32, false) => ", or try f16 storage and checkpointing",
             (Precision::F32, true) => ", or try f16 storage",
@@ -72,6 +72,18 @@ impl RunPlan {
             micro_batch: smallest.micro_batch,
             hint: hint.into(),
         })
+    }
+}
+
+impl RunPlan {
+    /// The census's device reservation for a probe step of `micro_batch`, accumulating two
+    /// micro-batches or not, as the probe ran.
+    pub fn probe_census(&self, micro_batch: usize, accumulating: bool, checkpointing: bool) -> u64 {
+        let probe = PlanRequest {
+            effective_batch: micro_batch * if accumulating { 2 } else { 1 },
+            ..self.request.clone()
+        };
+        predict(&probe, micro_batch, self.precision, checkpointing).device()
     }
 }
 
@@ -102,6 +114,7 @@ pub fn for_run(
         plan: crate::memory::plan(&request, config.cap),
         precision,
         precision_note,
+        request,
     })
 }
 

@@ -4,17 +4,19 @@ use burn::optim::ModuleOptimizer;
 use burn::prelude::*;
 use web_time::Instant;
 
+use super::calibrate::probed_plan;
 use super::config::{Precision, TrainConfig};
 use super::error::TrainError;
 use super::events::{EvalRecord, RunStarted, RunSummary, StepRecord, TrainEvent};
-use super::plan;
 use super::precision::{self, LossScaler};
 use super::run::Progress;
 use super::schedule::Schedule;
 use super::step::{MicroSteps, accumulate_gradients};
 use super::{optimizer, tensors};
 use crate::data::{Batch, BatchReader, DataSource, Split};
-use crate::memory::{Breakdown, Enforcement, Enforcer, MemorySample, MemoryTracker, Verdict};
+use crate::memory::{
+    Breakdown, Calibration, Candidate, Enforcement, Enforcer, MemorySample, MemoryTracker, Plan, Verdict,
+};
 use crate::model::{InputShape, Model};
 use crate::units::format_bytes;
 
@@ -58,6 +60,27 @@ pub struct Trainer {
     enforcer: Option<Enforcer>,
     enforcements: Vec<Enforcement>,
     predicted: Breakdown,
+    calibrated_peak: Option<u64>,
+    calibration: Option<Calibration>,
+}
+
+/// The shrink the plan made before step 1: only where a micro-batch was asked for (without
+/// one, the planner's pick is a choice, not an enforcement).
+fn planned_enforcement(config: &TrainConfig, plan: &Plan, chosen: &Candidate) -> Option<Enforcement> {
+    let (cap, asked) = (config.cap?, config.micro_batch?);
+    (chosen.micro_batch < asked).then(|| Enforcement {
+        step: 0,
+        from_micro_batch: asked,
+        to_micro_batch: chosen.micro_batch,
+        accumulation_steps: chosen.accumulation_steps,
+        peak_bytes: plan
+            .candidates
+            .iter()
+            .find(|c| c.micro_batch == asked)
+            .map_or(0, Candidate::peak),
+        cap,
+        predicted: true,
+    })
 }
 
 impl Trainer {
@@ -67,9 +90,10 @@ impl Trainer {
         device: Device,
         backend: &str,
     ) -> Result<Self, TrainError> {
-        let run_plan = plan::for_run(&config, source, &device, backend)?;
-        let (input, plan) = (run_plan.input, &run_plan.plan);
-        let (precision, precision_note) = (run_plan.precision, run_plan.precision_note.clone());
+        let train_device = device.clone().autodiff();
+        let (run_plan, model) = probed_plan(&config, source, &train_device, backend)?;
+        let (input, precision) = (run_plan.input, run_plan.precision);
+        let precision_note = run_plan.precision_note.clone();
         let train_samples = source.manifest().count(Split::Train);
         let schedule = Schedule {
             base_lr: config.optimizer.learning_rate,
@@ -78,30 +102,10 @@ impl Trainer {
             final_fraction: config.optimizer.final_lr_fraction,
         };
         let chosen = run_plan.pick(&config)?;
-        let asked_micro_batch = config.micro_batch.unwrap_or(config.effective_batch);
-        let mut enforcements = Vec::new();
-        if let (Some(cap), Some(_)) = (config.cap, config.micro_batch)
-            && chosen.micro_batch < asked_micro_batch
-        {
-            enforcements.push(Enforcement {
-                step: 0,
-                from_micro_batch: asked_micro_batch,
-                to_micro_batch: chosen.micro_batch,
-                accumulation_steps: chosen.accumulation_steps,
-                peak_bytes: plan
-                    .candidates
-                    .iter()
-                    .find(|c| c.micro_batch == asked_micro_batch)
-                    .map_or(0, |c| c.predicted_peak),
-                cap,
-                predicted: true,
-            });
-        }
+        let enforcements = Vec::from_iter(planned_enforcement(&config, &run_plan.plan, chosen));
         let (micro_batch, predicted) = (chosen.micro_batch, chosen.breakdown);
-        let train_device = device.clone().autodiff();
-        // Seeded so the same config starts from the same weights.
-        train_device.seed(config.seed);
-        let model = config.model.init(&input, &train_device);
+        let calibrated_peak = chosen.calibrated_peak;
+        let calibration = run_plan.plan.calibration.clone();
         Ok(Trainer {
             enforcer: config.cap.map(Enforcer::new),
             optimizer: optimizer::build(&config.optimizer),
@@ -125,6 +129,8 @@ impl Trainer {
             skipped_steps: 0,
             enforcements,
             predicted,
+            calibrated_peak,
+            calibration,
         })
     }
 
@@ -333,6 +339,8 @@ impl Trainer {
             cap: self.config.cap,
             predicted_peak: self.predicted.total(),
             predicted: self.predicted,
+            calibrated_peak: self.calibrated_peak,
+            calibration: self.calibration.clone(),
         }
     }
 

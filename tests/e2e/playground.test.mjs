@@ -70,6 +70,41 @@ test("the MLP trains on Fashion-MNIST chunks on WebGPU under a 256 MiB cap, and 
   await page.close();
 });
 
+test("a cap just above a step's measured peak makes the enforcer shrink the micro-batch: the chart marks it and every sample stays under the cap", async () => {
+  const { page, problems } = await openPage();
+  const finish = () => page.waitForFunction(() => playground.state === "ended", null, { timeout: 300000 });
+  await setRun(page, { dataset: "data/fashion-mnist", backend: "webgpu", cap: "", batch: 512, steps: 3 });
+  await page.fill("#micro-batch", "512");
+  await page.waitForFunction(() => /^Plan: micro-batch 512/.test(document.getElementById("plan").textContent));
+  await page.click("#start");
+  await finish();
+  const uncapped = await page.evaluate(() => playground.summary);
+  const peak = uncapped.peak_memory.gpu_bytes_reserved + uncapped.peak_memory.data_bytes_held;
+  assert.equal(uncapped.micro_batch, 512);
+  assert.match(await page.textContent("#plan"), /Calibrated on probe steps: peak /);
+
+  // One MiB above the measured peak: a step at 512 passes the enforcer's 90% of it.
+  const capMiB = Math.ceil(peak / MIB) + 1;
+  await setRun(page, { cap: capMiB });
+  await page.waitForFunction((cap) => document.getElementById("plan").textContent.includes(`of the ${cap}.0 MiB cap`), capMiB);
+  await page.click("#start");
+  await finish();
+  assert.match(await page.textContent("#status"), /^Finished: 3 steps/);
+  const markers = await page.evaluate(() => playground.charts.markers.map((m) => m.label));
+  assert.ok(markers.length >= 1, "the enforcer never acted");
+  assert.match(markers[0], /^micro-batch 512→\d+$/);
+  const samples = await page.evaluate(() => playground.charts.samples);
+  assert.ok(samples.length >= 3, `samples: ${samples.length}`);
+  for (const sample of samples) {
+    assert.ok(sample.gpu_bytes_reserved + sample.data_bytes_held <= capMiB * MIB, JSON.stringify(sample));
+  }
+  const finalLoss = await page.evaluate(() => playground.summary.final_loss);
+  assert.ok(Math.abs(finalLoss - uncapped.final_loss) <= 1e-3 * Math.max(1, Math.abs(finalLoss)), `final loss ${finalLoss} capped, ${uncapped.final_loss} uncapped`);
+  await page.screenshot({ path: join(artifacts, "playground-cap-edge.png"), fullPage: true });
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
 test("a cap too small for any plan is refused before training, naming the cap that fits", async () => {
   const { page, problems } = await openPage();
   await page.selectOption("#dataset", "data/fashion-mnist");

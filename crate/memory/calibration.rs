@@ -1,0 +1,102 @@
+//! The planner's second opinion: the device's own peak, measured on probe steps before
+//! step 1, climbing a ladder of micro-batches up to the one the census picked (the idea
+//! of a batch-size finder, without running out of memory to find it).
+//!
+//! The census counts tensors; what it misses is what the device adds around them (the
+//! allocator's pages, kernel workspaces), and that is what a probe measures. On lavapipe
+//! that addition is not even monotone in the micro-batch (MLP 784-4096-10: 90.8 MiB
+//! reserved at 128, 76.6 MiB at 256), so no line through small probes predicts the
+//! target within 10%: the ladder goes up to the target itself, and stops before any rung
+//! whose expected peak (the census corrected by the rung below) would pass the cap.
+
+use serde::Serialize;
+
+/// One probe: the peak device reservation over a few full steps (forward, backward,
+/// optimizer update) at one micro-batch, beside what the census predicted for it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Probe {
+    pub micro_batch: usize,
+    pub peak_reserved: u64,
+    pub census_reserved: u64,
+}
+
+impl Probe {
+    /// Measured minus predicted: positive where the census fell short.
+    pub fn excess(&self) -> i64 {
+        self.peak_reserved as i64 - self.census_reserved as i64
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Calibration {
+    pub probes: Vec<Probe>,
+}
+
+impl Calibration {
+    pub fn fit(probes: Vec<Probe>) -> Option<Calibration> {
+        (!probes.is_empty()).then_some(Calibration { probes })
+    }
+
+    /// The device reservation expected at `micro_batch`, which the census puts at
+    /// `census_reserved`: the probe's measurement where one ran at that micro-batch, else
+    /// the census corrected by the excess of the probe nearest in micro-batch (the larger
+    /// excess between two as near).
+    pub fn device_bytes(&self, micro_batch: usize, census_reserved: u64) -> u64 {
+        let nearest = self
+            .probes
+            .iter()
+            .min_by_key(|p| (p.micro_batch.abs_diff(micro_batch), std::cmp::Reverse(p.excess())))
+            .expect("a calibration holds a probe");
+        match nearest.micro_batch == micro_batch {
+            true => nearest.peak_reserved,
+            false => census_reserved.saturating_add_signed(nearest.excess()),
+        }
+    }
+}
+
+/// The rungs below and at `target`: a quarter, a half, the target itself.
+pub fn probe_ladder(target: usize) -> Vec<usize> {
+    let mut rungs = vec![target.div_ceil(4), target.div_ceil(2), target];
+    rungs.retain(|&m| m >= 1);
+    rungs.dedup();
+    rungs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn probe(micro_batch: usize, peak: u64, census: u64) -> Probe {
+        Probe {
+            micro_batch,
+            peak_reserved: peak * MIB,
+            census_reserved: census * MIB,
+        }
+    }
+
+    #[test]
+    fn a_probed_micro_batch_is_measured_and_the_others_corrected_by_the_nearest_probe() {
+        let probes = Calibration::fit(vec![probe(64, 100, 90), probe(128, 150, 145)]).unwrap();
+        assert_eq!(probes.device_bytes(128, 145 * MIB), 150 * MIB);
+        assert_eq!(probes.device_bytes(32, 60 * MIB), 70 * MIB);
+        assert_eq!(probes.device_bytes(256, 300 * MIB), 305 * MIB);
+        // Halfway: the larger excess.
+        assert_eq!(probes.device_bytes(96, 120 * MIB), 130 * MIB);
+        // A census above every measurement is lowered, never below zero.
+        let over = Calibration::fit(vec![probe(8, 40, 50)]).unwrap();
+        assert_eq!(over.device_bytes(4, 30 * MIB), 20 * MIB);
+        assert_eq!(over.device_bytes(2, MIB), 0);
+        assert!(Calibration::fit(vec![]).is_none());
+    }
+
+    #[test]
+    fn the_ladder_climbs_to_the_target() {
+        assert_eq!(probe_ladder(256), vec![64, 128, 256]);
+        assert_eq!(probe_ladder(96), vec![24, 48, 96]);
+        assert_eq!(probe_ladder(3), vec![1, 2, 3]);
+        assert_eq!(probe_ladder(2), vec![1, 2]);
+        assert_eq!(probe_ladder(1), vec![1]);
+    }
+}

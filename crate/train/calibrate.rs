@@ -1,0 +1,159 @@
+//! The probe steps that calibrate the planner before step 1: full steps (forward,
+//! backward, optimizer update) on zero-filled samples, with the run's own levers, up a
+//! ladder of micro-batches to the one the census picked (see `memory::calibration`).
+//!
+//! The probes leave the run as it was: the update uses a learning rate that rounds to zero
+//! in f32 (weights are unchanged, bit for bit, yet every kernel and allocation of a real
+//! update happens), the optimizer state is thrown away, no sample is drawn from the data
+//! stream, and the pages they cached are released before step 1.
+
+use burn::prelude::*;
+
+use super::config::TrainConfig;
+use super::error::TrainError;
+use super::optimizer;
+use super::plan::{self, RunPlan};
+use super::step::{MicroSteps, accumulate_gradients};
+use crate::data::{Batch, DataSource, MemoryGauge};
+use crate::memory::calibration::probe_ladder;
+use crate::memory::enforcer;
+use crate::memory::{Calibration, MemoryTracker, Probe};
+use crate::model::Model;
+
+/// Steps per probe: the second update runs with the optimizer state of the first alive,
+/// as every later step of the run does.
+const STEPS_PER_PROBE: usize = 2;
+
+/// A learning rate that is not zero in f64, so that every branch of a real update runs
+/// (weight decay's `1 - lr x decay` included), but is zero once cast to the f32 scalar the
+/// kernels multiply by.
+const VANISHING_LEARNING_RATE: f64 = f64::MIN_POSITIVE;
+
+/// What the probes run with.
+pub struct ProbeSetting<'a> {
+    pub config: &'a TrainConfig,
+    pub plan: &'a RunPlan,
+    /// The top of the ladder: the census's pick, or the largest micro-batch allowed where
+    /// the census fits none.
+    pub target_micro_batch: usize,
+}
+
+impl ProbeSetting<'_> {
+    /// Whether a rung expected at `device_bytes` may run under the cap.
+    fn may_run(&self, device_bytes: u64) -> bool {
+        let data = self.plan.request.data_bytes;
+        self.config
+            .cap
+            .is_none_or(|cap| device_bytes + data <= enforcer::limit(cap))
+    }
+}
+
+/// Plans `config` for `device` (with autodiff) and, where the config asks for it,
+/// calibrates the plan on probe steps; returns it with the run's model, initialized from
+/// the config's seed and unchanged by the probes.
+pub fn probed_plan(
+    config: &TrainConfig,
+    source: &DataSource,
+    device: &Device,
+    backend: &str,
+) -> Result<(RunPlan, Model), TrainError> {
+    let mut run_plan = plan::for_run(config, source, device, backend)?;
+    // Seeded so the same config starts from the same weights.
+    device.seed(config.seed);
+    let model = config.model.init(&run_plan.input, device);
+    if !config.calibrate {
+        return Ok((run_plan, model));
+    }
+    let largest = plan::micro_batch_choices(config)[0];
+    let setting = ProbeSetting {
+        config,
+        plan: &run_plan,
+        target_micro_batch: run_plan.plan.chosen().map_or(largest, |c| c.micro_batch),
+    };
+    let (model, calibration) = calibrate(model, &setting, device);
+    if let Some(calibration) = calibration {
+        run_plan.plan.calibrate(calibration);
+    }
+    Ok((run_plan, model))
+}
+
+/// Runs the probes on `model` (on `device`, with autodiff) and sets them against the
+/// census; hands the model back unchanged. `None` where the backend reports no device
+/// pool (ndarray).
+pub fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, Option<Calibration>) {
+    if device.memory_pool_usage().is_none() {
+        return (model, None);
+    }
+    let accumulating = setting.target_micro_batch < setting.config.effective_batch;
+    let checkpointing = setting.config.checkpointing;
+    let ladder = probe_ladder(setting.target_micro_batch);
+    // The weights were placed in pages at initialization; the first update moves them
+    // into the pools the steps carve, where they stay. Probing only after that move
+    // measures the pages the run's steps will see.
+    let (mut model, _) = probe(model, setting, ladder[0], accumulating, 1, device);
+    let mut probes: Vec<Probe> = Vec::new();
+    for micro_batch in ladder {
+        let census_reserved = setting
+            .plan
+            .probe_census(micro_batch, accumulating, checkpointing);
+        // The first rung, a quarter of the target, always runs: a step that small is what
+        // the run itself would try first under a cap that fits nothing better.
+        if let Some(so_far) = Calibration::fit(probes.clone())
+            && !setting.may_run(so_far.device_bytes(micro_batch, census_reserved))
+        {
+            break;
+        }
+        let (probed, peak) = probe(model, setting, micro_batch, accumulating, STEPS_PER_PROBE, device);
+        model = probed;
+        let Some(peak_reserved) = peak else {
+            return (model, None);
+        };
+        probes.push(Probe {
+            micro_batch,
+            peak_reserved,
+            census_reserved,
+        });
+        if !setting.may_run(peak_reserved) {
+            break;
+        }
+    }
+    device.memory_cleanup();
+    (model, Calibration::fit(probes))
+}
+
+/// The peak reservation over `step_count` steps at `micro_batch`: two micro-batches a step
+/// when the run accumulates (its running sum alive), one otherwise.
+fn probe(
+    mut model: Model,
+    setting: &ProbeSetting,
+    micro_batch: usize,
+    accumulating: bool,
+    step_count: usize,
+    device: &Device,
+) -> (Model, Option<u64>) {
+    // Each probe starts from the pages the model alone needs, as step 1 will.
+    device.memory_cleanup();
+    let input = &setting.plan.input;
+    let samples = micro_batch * if accumulating { 2 } else { 1 };
+    let sample_bytes = input.height * input.width;
+    let batch = Batch {
+        labels: vec![0; samples],
+        features: vec![0; samples * sample_bytes],
+        sample_bytes,
+    };
+    let steps = MicroSteps {
+        micro_batch,
+        precision: setting.plan.precision,
+        loss_scale: 1.0,
+        recompute: setting.config.checkpointing,
+    };
+    let mut tracker = MemoryTracker::new(device.clone(), MemoryGauge::default());
+    let mut optimizer = optimizer::build(&setting.config.optimizer);
+    for _ in 0..step_count {
+        let step = accumulate_gradients(&model, &batch, steps, input, device, Some(&mut tracker));
+        model = optimizer.step(VANISHING_LEARNING_RATE, model, step.grads);
+        tracker.sample();
+    }
+    drop(optimizer);
+    (model, tracker.take_step_peak().gpu_bytes_reserved)
+}
