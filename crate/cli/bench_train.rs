@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::Value;
 
-use crate::memory::Breakdown;
+use crate::memory::{Breakdown, Calibration, Probe};
 use crate::units::format_bytes;
 
 #[derive(Args)]
@@ -50,8 +50,9 @@ pub struct PlanBenchArgs {
     /// Steps per configuration: enough for the optimizer state and every pool to exist.
     #[arg(long, default_value_t = 3)]
     steps: u64,
-    /// Which settings: `fitted` (those the planner's factors were fitted on), `held-out`
-    /// (drawn afterwards, never used to fit), or `all`.
+    /// Which settings: `fitted` (those the census's factors were fitted on), `held-out`
+    /// (drawn afterwards, never used to fit), `fresh` (drawn after the calibration was
+    /// built, never run while building it), or `all`.
     #[arg(long, value_enum, default_value = "all")]
     set: PlanSet,
 }
@@ -60,6 +61,7 @@ pub struct PlanBenchArgs {
 pub enum PlanSet {
     Fitted,
     HeldOut,
+    Fresh,
     All,
 }
 
@@ -102,11 +104,31 @@ const HELD_OUT: &[&str] = &[
     "--model cnn --channels 8,16,32 --effective-batch 96 --micro-batch 96 --precision f16 --checkpointing",
 ];
 
+/// Settings drawn after the calibration was built and never run while building it: what
+/// the calibrated figure does on settings nobody looked at.
+const FRESH: &[&str] = &[
+    "--model mlp --hidden 1536,768 --effective-batch 384 --micro-batch 384",
+    "--model mlp --hidden 600 --effective-batch 3000 --micro-batch 750",
+    "--model mlp --hidden 2048 --effective-batch 512 --micro-batch 512 --precision f16",
+    "--model mlp --hidden 1200,600,300 --effective-batch 600 --micro-batch 600 --checkpointing",
+    "--model mlp --hidden 3500 --effective-batch 64 --micro-batch 64 --optimizer sgd",
+    "--model mlp --hidden 900,900 --effective-batch 1800 --micro-batch 450 --precision f16 --checkpointing",
+    "--model mlp --hidden 700,1400 --effective-batch 700 --micro-batch 350 --optimizer adamw",
+    "--model cnn --channels 10,20 --effective-batch 200 --micro-batch 200",
+    "--model cnn --channels 32,64 --effective-batch 32 --micro-batch 32 --optimizer adamw",
+    "--model cnn --channels 16,32 --effective-batch 192 --micro-batch 48",
+    "--model cnn --channels 12,24,48 --effective-batch 64 --micro-batch 64 --precision f16",
+    "--model cnn --channels 20,40 --effective-batch 100 --micro-batch 100 --checkpointing",
+];
+
 /// What one `headroom train` process reported.
 struct Measured {
     predicted: Breakdown,
     /// The calibrated device reservation (the run's calibrated peak less its data bound).
     calibrated: Option<u64>,
+    /// What the probes below the pick alone say of it: the census corrected by the
+    /// nearest of them, as the planner judges a micro-batch no probe ran.
+    from_rungs_below: Option<u64>,
     reserved: u64,
     in_use: u64,
     /// Median over the steps after warm-up.
@@ -174,6 +196,7 @@ fn train_once(
         calibrated: started["calibrated_peak"]
             .as_u64()
             .map(|peak| peak.saturating_sub(predicted.data)),
+        from_rungs_below: from_rungs_below(started, predicted.device()),
         reserved: peak["gpu_bytes_reserved"].as_u64().unwrap_or(0),
         in_use: peak["gpu_bytes_in_use"].as_u64().unwrap_or(0),
         samples_per_sec: median(rates),
@@ -197,6 +220,13 @@ fn summarize(label: &str, errors: &[f64]) {
         100.0 * magnitudes[magnitudes.len() - 1],
         n = errors.len(),
     );
+}
+
+fn from_rungs_below(started: &Value, census: u64) -> Option<u64> {
+    let pick = started["micro_batch"].as_u64()? as usize;
+    let probes: Vec<Probe> = serde_json::from_value(started["calibration"]["probes"].clone()).ok()?;
+    let below = Calibration::fit(probes.into_iter().filter(|p| p.micro_batch < pick).collect())?;
+    Some(below.device_bytes(pick, census))
 }
 
 fn flags(list: &[&str]) -> Vec<String> {
@@ -311,7 +341,8 @@ pub fn bench_plan(args: PlanBenchArgs) -> anyhow::Result<()> {
     let lists: &[&[&str]] = match args.set {
         PlanSet::Fitted => &[FITTED],
         PlanSet::HeldOut => &[HELD_OUT],
-        PlanSet::All => &[FITTED, HELD_OUT],
+        PlanSet::Fresh => &[FRESH],
+        PlanSet::All => &[FITTED, HELD_OUT, FRESH],
     };
     let configs: Vec<Vec<String>> = lists
         .iter()
@@ -323,10 +354,10 @@ pub fn bench_plan(args: PlanBenchArgs) -> anyhow::Result<()> {
         args.steps
     );
     println!(
-        "{:<58} {:>10} {:>7} {:>10} {:>7} {:>10} {:>10} {:>10}",
-        "configuration", "census", "error", "calibrated", "error", "reserved", "cens. live", "in use"
+        "{:<58} {:>10} {:>7} {:>10} {:>7} {:>10} {:>7} {:>10} {:>10} {:>10}",
+        "configuration", "census", "error", "calibrated", "error", "rungs below", "error", "reserved", "cens. live", "in use"
     );
-    let (mut census_errors, mut calibrated_errors) = (Vec::new(), Vec::new());
+    let (mut census_errors, mut calibrated_errors, mut below_errors) = (Vec::new(), Vec::new(), Vec::new());
     let error = |predicted: u64, measured: u64| (predicted as f64 - measured as f64) / measured.max(1) as f64;
     for (i, config) in configs.iter().enumerate() {
         let metrics = work.path().join(format!("plan-{i}.jsonl"));
@@ -335,13 +366,18 @@ pub fn bench_plan(args: PlanBenchArgs) -> anyhow::Result<()> {
         census_errors.push(error(census, m.reserved));
         let calibrated = m.calibrated.unwrap_or(0);
         calibrated_errors.push(error(calibrated, m.reserved));
+        // A pick the ladder reached in one rung has nothing below it: the census stands in.
+        let below = m.from_rungs_below.unwrap_or(census);
+        below_errors.push(error(below, m.reserved));
         println!(
-            "{:<58} {:>10} {:>+6.1}% {:>10} {:>+6.1}% {:>10} {:>10} {:>10}",
+            "{:<58} {:>10} {:>+6.1}% {:>10} {:>+6.1}% {:>10} {:>+6.1}% {:>10} {:>10} {:>10}",
             config.join(" "),
             format_bytes(census as usize),
             100.0 * census_errors[i],
             format_bytes(calibrated as usize),
             100.0 * calibrated_errors[i],
+            format_bytes(below as usize),
+            100.0 * below_errors[i],
             format_bytes(m.reserved as usize),
             format_bytes(m.predicted.tensors() as usize),
             format_bytes(m.in_use as usize),
@@ -349,5 +385,6 @@ pub fn bench_plan(args: PlanBenchArgs) -> anyhow::Result<()> {
     }
     summarize("census", &census_errors);
     summarize("calibrated", &calibrated_errors);
+    summarize("rungs below the pick", &below_errors);
     Ok(())
 }

@@ -9,11 +9,11 @@
 //! target within 10%: the ladder goes up to the target itself, and stops before any rung
 //! whose expected peak (the census corrected by the rung below) would pass the cap.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One probe: the peak device reservation over a few full steps (forward, backward,
 /// optimizer update) at one micro-batch, beside what the census predicted for it.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Probe {
     pub micro_batch: usize,
     pub peak_reserved: u64,

@@ -150,6 +150,9 @@ fn probe(
     let mut tracker = MemoryTracker::new(device.clone(), MemoryGauge::default());
     let mut optimizer = optimizer::build(&setting.config.optimizer);
     for _ in 0..step_count {
+        // Only the last step counts: an earlier one still resizes the pools the rung below
+        // left, which the run, starting from this rung's pools, does not.
+        tracker.take_step_peak();
         let step = accumulate_gradients(&model, &batch, steps, input, device, Some(&mut tracker));
         model = optimizer.step(VANISHING_LEARNING_RATE, model, step.grads);
         tracker.sample();
