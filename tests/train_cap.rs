@@ -188,18 +188,9 @@ fn a_cap_no_shrink_can_meet_ends_with_the_over_the_cap_error_or_is_refused_befor
     );
     let cap_flag = cap.to_string();
     let run = |flags: &[&str]| {
-        let mut args = vec![
-            "train",
-            "--data",
-            data,
-            "--backend",
-            "wgpu",
-            "--no-eval",
-            "--cap",
-            &cap_flag,
-        ];
+        let mut args = vec!["--cap", &cap_flag];
         args.extend(flags);
-        common::headroom(&args)
+        common::train_on_wgpu(data, &args)
     };
     let exceeded = run(&census_only);
     assert!(!exceeded.status.success());

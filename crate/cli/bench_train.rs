@@ -355,7 +355,16 @@ pub fn bench_plan(args: PlanBenchArgs) -> anyhow::Result<()> {
     );
     println!(
         "{:<58} {:>10} {:>7} {:>10} {:>7} {:>10} {:>7} {:>10} {:>10} {:>10}",
-        "configuration", "census", "error", "calibrated", "error", "rungs below", "error", "reserved", "cens. live", "in use"
+        "configuration",
+        "census",
+        "error",
+        "calibrated",
+        "error",
+        "rungs below",
+        "error",
+        "reserved",
+        "cens. live",
+        "in use"
     );
     let (mut census_errors, mut calibrated_errors, mut below_errors) = (Vec::new(), Vec::new(), Vec::new());
     let error = |predicted: u64, measured: u64| (predicted as f64 - measured as f64) / measured.max(1) as f64;

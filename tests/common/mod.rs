@@ -39,23 +39,21 @@ pub fn headroom(args: &[&str]) -> std::process::Output {
 }
 
 /// `headroom train --data DATA --backend wgpu --no-eval` with `flags`, in its own process
-/// (a fresh device pool); every event it wrote to `--metrics`. Fails the test if the run
+/// (a fresh device pool), as it ended.
+pub fn train_on_wgpu(data: &str, flags: &[&str]) -> std::process::Output {
+    let mut args = vec!["train", "--data", data, "--backend", "wgpu", "--no-eval"];
+    args.extend(flags);
+    headroom(&args)
+}
+
+/// [`train_on_wgpu`], and every event it wrote to `--metrics`. Fails the test if the run
 /// fails.
 pub fn train_events_on_wgpu(data: &str, flags: &[&str]) -> Vec<serde_json::Value> {
     let metrics = tempfile::NamedTempFile::new().expect("temp file");
     let path = metrics.path().to_str().expect("a UTF-8 temp path");
-    let mut args = vec![
-        "train",
-        "--data",
-        data,
-        "--backend",
-        "wgpu",
-        "--no-eval",
-        "--metrics",
-        path,
-    ];
+    let mut args = vec!["--metrics", path];
     args.extend(flags);
-    let output = headroom(&args);
+    let output = train_on_wgpu(data, &args);
     assert!(
         output.status.success(),
         "headroom train {}: {}",
