@@ -39,8 +39,12 @@ function markersPlugin(markers) {
           ctx.fillStyle = colors.cap;
           ctx.setLineDash([4, 3]);
           ctx.font = `${11 * devicePixelRatio}px system-ui`;
+          // uPlot leaves the context right-aligned after its axes.
+          ctx.textAlign = "left";
           for (const { x, label } of markers) {
-            const px = u.valToPos(x, "x", true);
+            // A change before step 1 (from the plan) sits at the run's start, which can be
+            // left of the first sample: draw it at the plot's edge, label inside.
+            const px = Math.max(u.bbox.left, u.valToPos(x, "x", true));
             ctx.beginPath();
             ctx.moveTo(px, u.bbox.top);
             ctx.lineTo(px, u.bbox.top + u.bbox.height);
