@@ -1,7 +1,8 @@
 //! The planner against the device: for a handful of settings on wgpu (lavapipe here), MLP
 //! and CNN, each lever, the census's device reservation must stay within 15% of the
-//! measured one and the calibrated figure (after the probe steps) within 10%. A model or allocator change that moves the real peak without the census
-//! following it fails here, not in a user's run. `headroom bench plan` prints the wider
+//! measured one and the calibrated figure (after the probe steps) within 10%. A model or
+//! allocator change that moves the real peak without the census following it fails here,
+//! not in a user's run. `headroom bench plan` prints the wider
 //! table, held-out settings included.
 #![cfg(not(target_arch = "wasm32"))]
 

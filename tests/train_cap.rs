@@ -73,6 +73,17 @@ fn assert_same_losses(uncapped: &Run, capped: &Run) {
     }
 }
 
+/// A capped run held its cap and did the uncapped run's work: every step under the cap,
+/// the same samples, the same losses.
+fn assert_held_with_the_same_math(uncapped: &Run, capped: &Run, cap: u64) {
+    assert_every_step_under(capped, cap);
+    assert_eq!(
+        capped.finished()["samples_seen"],
+        uncapped.finished()["samples_seen"]
+    );
+    assert_same_losses(uncapped, capped);
+}
+
 fn assert_every_step_under(run: &Run, cap: u64) {
     for step in run.of("step") {
         assert!(
@@ -133,12 +144,7 @@ fn a_cap_between_the_census_and_the_measured_peak_is_held_by_shrinking_during_th
     assert_eq!(first["predicted"], false, "{first}");
     assert!(first["step"].as_u64().unwrap() >= 1, "{first}");
     assert!(first["to_micro_batch"].as_u64().unwrap() < 96, "{first}");
-    assert_every_step_under(&capped, cap);
-    assert_eq!(
-        capped.finished()["samples_seen"],
-        uncapped.finished()["samples_seen"]
-    );
-    assert_same_losses(&uncapped, &capped);
+    assert_held_with_the_same_math(&uncapped, &capped, cap);
 }
 
 #[test]
@@ -165,8 +171,7 @@ fn the_calibrated_plan_shrinks_before_step_1_where_the_measured_peak_would_pass_
     assert_eq!(changes[0]["predicted"], true, "{}", changes[0]);
     assert_eq!(changes[0]["step"], 0, "{}", changes[0]);
     assert!(changes[0]["to_micro_batch"].as_u64().unwrap() < 2048);
-    assert_every_step_under(&capped, cap);
-    assert_same_losses(&uncapped, &capped);
+    assert_held_with_the_same_math(&uncapped, &capped, cap);
 }
 
 #[test]
@@ -220,12 +225,7 @@ fn under_a_cap_below_the_uncapped_peak_the_run_stays_under_it_with_the_same_batc
     assert!(!changes.is_empty(), "the micro-batch never shrank");
     let last_micro = capped.finished()["micro_batch"].as_u64().unwrap();
     assert!(last_micro < 2048, "ended at micro-batch {last_micro}");
-    assert_every_step_under(&capped, cap);
-    assert_eq!(
-        capped.finished()["samples_seen"],
-        uncapped.finished()["samples_seen"]
-    );
-    assert_same_losses(&uncapped, &capped);
+    assert_held_with_the_same_math(&uncapped, &capped, cap);
 }
 
 #[test]

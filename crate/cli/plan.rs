@@ -128,14 +128,11 @@ fn calibrate(
         );
         return Ok(());
     };
-    let mut others: Vec<Candidate> = Vec::new();
-    plan.candidates.retain(|c| {
-        let keep = c.precision == precision && c.checkpointing == checkpointing;
-        if !keep {
-            others.push(c.clone());
-        }
-        keep
-    });
+    let (probed_setting, mut others): (Vec<Candidate>, Vec<Candidate>) = plan
+        .candidates
+        .drain(..)
+        .partition(|c| c.precision == precision && c.checkpointing == checkpointing);
+    plan.candidates = probed_setting;
     plan.calibrate(calibration);
     // The other settings keep the census's figure, and are not picked over a measured one.
     for c in &mut others {

@@ -54,6 +54,11 @@ pub fn limit(cap: u64) -> u64 {
     (cap as f64 * HEADROOM) as u64
 }
 
+/// Whether `bytes` leave the enforcer's headroom under `cap` (always, without one).
+pub fn within_limit(cap: Option<u64>, bytes: u64) -> bool {
+    cap.is_none_or(|cap| bytes <= limit(cap))
+}
+
 impl Enforcer {
     pub fn new(cap: u64) -> Self {
         Enforcer { cap, shrunk_at: None }

@@ -123,7 +123,7 @@ impl Plan {
         for c in &mut self.candidates {
             let peak = calibration.device_bytes(c.micro_batch, c.breakdown.device()) + c.breakdown.data;
             c.calibrated_peak = Some(peak);
-            c.fits = self.cap.is_none_or(|cap| peak <= enforcer::limit(cap));
+            c.fits = enforcer::within_limit(self.cap, peak);
         }
         self.chosen = choose(&self.candidates);
         self.calibration = Some(calibration);
@@ -171,7 +171,7 @@ pub fn plan(request: &PlanRequest, cap: Option<u64>) -> Plan {
                     breakdown,
                     predicted_peak,
                     calibrated_peak: None,
-                    fits: cap.is_none_or(|cap| predicted_peak <= enforcer::limit(cap)),
+                    fits: enforcer::within_limit(cap, predicted_peak),
                 });
             }
         }

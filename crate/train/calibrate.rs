@@ -30,21 +30,18 @@ const STEPS_PER_PROBE: usize = 2;
 const VANISHING_LEARNING_RATE: f64 = f64::MIN_POSITIVE;
 
 /// What the probes run with.
-pub struct ProbeSetting<'a> {
-    pub config: &'a TrainConfig,
-    pub plan: &'a RunPlan,
+struct ProbeSetting<'a> {
+    config: &'a TrainConfig,
+    plan: &'a RunPlan,
     /// The top of the ladder: the census's pick, or the largest micro-batch allowed where
     /// the census fits none.
-    pub target_micro_batch: usize,
+    target_micro_batch: usize,
 }
 
 impl ProbeSetting<'_> {
     /// Whether a rung expected at `device_bytes` may run under the cap.
     fn may_run(&self, device_bytes: u64) -> bool {
-        let data = self.plan.request.data_bytes;
-        self.config
-            .cap
-            .is_none_or(|cap| device_bytes + data <= enforcer::limit(cap))
+        enforcer::within_limit(self.config.cap, device_bytes + self.plan.request.data_bytes)
     }
 }
 
@@ -80,7 +77,7 @@ pub fn probed_plan(
 /// Runs the probes on `model` (on `device`, with autodiff) and sets them against the
 /// census; hands the model back unchanged. `None` where the backend reports no device
 /// pool (ndarray).
-pub fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, Option<Calibration>) {
+fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, Option<Calibration>) {
     if device.memory_pool_usage().is_none() {
         return (model, None);
     }

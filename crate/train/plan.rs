@@ -73,9 +73,7 @@ impl RunPlan {
             hint: hint.into(),
         })
     }
-}
 
-impl RunPlan {
     /// The census's device reservation for a probe step of `micro_batch`, accumulating two
     /// micro-batches or not, as the probe ran.
     pub fn probe_census(&self, micro_batch: usize, accumulating: bool, checkpointing: bool) -> u64 {

@@ -15,7 +15,7 @@ use super::step::{MicroSteps, accumulate_gradients};
 use super::{optimizer, tensors};
 use crate::data::{Batch, BatchReader, DataSource, Split};
 use crate::memory::{
-    Breakdown, Calibration, Candidate, Enforcement, Enforcer, MemorySample, MemoryTracker, Plan, Verdict,
+    Calibration, Candidate, Enforcement, Enforcer, MemorySample, MemoryTracker, Plan, Verdict,
 };
 use crate::model::{InputShape, Model};
 use crate::units::format_bytes;
@@ -59,8 +59,8 @@ pub struct Trainer {
     pub(super) skipped_steps: u64,
     enforcer: Option<Enforcer>,
     enforcements: Vec<Enforcement>,
-    predicted: Breakdown,
-    calibrated_peak: Option<u64>,
+    /// The setting the run starts with, as the plan judged it.
+    planned: Candidate,
     calibration: Option<Calibration>,
 }
 
@@ -103,8 +103,7 @@ impl Trainer {
         };
         let chosen = run_plan.pick(&config)?;
         let enforcements = Vec::from_iter(planned_enforcement(&config, &run_plan.plan, chosen));
-        let (micro_batch, predicted) = (chosen.micro_batch, chosen.breakdown);
-        let calibrated_peak = chosen.calibrated_peak;
+        let (micro_batch, planned) = (chosen.micro_batch, chosen.clone());
         let calibration = run_plan.plan.calibration.clone();
         Ok(Trainer {
             enforcer: config.cap.map(Enforcer::new),
@@ -128,8 +127,7 @@ impl Trainer {
             skipped_in_a_row: 0,
             skipped_steps: 0,
             enforcements,
-            predicted,
-            calibrated_peak,
+            planned,
             calibration,
         })
     }
@@ -337,9 +335,9 @@ impl Trainer {
             precision: self.precision,
             precision_note: self.precision_note.clone(),
             cap: self.config.cap,
-            predicted_peak: self.predicted.total(),
-            predicted: self.predicted,
-            calibrated_peak: self.calibrated_peak,
+            predicted_peak: self.planned.predicted_peak,
+            predicted: self.planned.breakdown,
+            calibrated_peak: self.planned.calibrated_peak,
             calibration: self.calibration.clone(),
         }
     }
