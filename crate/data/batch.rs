@@ -1,6 +1,7 @@
 use super::chunk::Chunk;
 use super::error::DataError;
-use super::stream::EpochStream;
+use super::manifest::Split;
+use super::stream::{DataSource, EpochStream, Window};
 
 /// Samples gathered for one step: `labels[i]` belongs to the i-th `sample_bytes` record
 /// of `features`.
@@ -21,22 +22,96 @@ impl Batch {
     }
 }
 
+/// How a suspended reader opens its stream again.
+struct Reopen {
+    source: DataSource,
+    split: Split,
+    epoch: u64,
+    prefetch: usize,
+    /// Chunks of the epoch's order handed out so far, the current one included.
+    taken: usize,
+    /// Where to start in the first chunk after a resume: the samples already read of it.
+    resume_position: Option<usize>,
+}
+
 /// Cuts an epoch's stream of chunks into batches that may straddle chunk boundaries.
 pub struct BatchReader {
-    stream: EpochStream,
+    stream: Option<EpochStream>,
     current: Option<Chunk>,
     position: usize,
     sample_bytes: usize,
+    reopen: Option<Reopen>,
 }
 
 impl BatchReader {
     pub fn new(stream: EpochStream, sample_bytes: usize) -> Self {
         BatchReader {
-            stream,
+            stream: Some(stream),
             current: None,
             position: 0,
             sample_bytes,
+            reopen: None,
         }
+    }
+
+    /// A reader of `split`'s `epoch` that can [`suspend`](Self::suspend): it releases
+    /// every chunk it holds and later reads on from the same sample.
+    pub fn suspendable(source: &DataSource, split: Split, epoch: u64, prefetch: usize) -> Self {
+        BatchReader {
+            stream: None,
+            current: None,
+            position: 0,
+            sample_bytes: source.manifest().sample_bytes(),
+            reopen: Some(Reopen {
+                source: source.clone(),
+                split,
+                epoch,
+                prefetch,
+                taken: 0,
+                resume_position: None,
+            }),
+        }
+    }
+
+    /// Releases every chunk held, the one being read and those fetched ahead, so that
+    /// something else (evaluation) can have their memory; the next batch fetches the
+    /// current chunk again and goes on from the same sample. The samples and their order
+    /// are the same as without the pause: both follow from the seed, the epoch and the
+    /// chunk. A reader made with `new` has no way back and ignores this.
+    pub fn suspend(&mut self) {
+        let Some(reopen) = self.reopen.as_mut() else { return };
+        if let Some(chunk) = self.current.take()
+            && self.position < chunk.len()
+        {
+            reopen.taken -= 1;
+            reopen.resume_position = Some(self.position);
+        }
+        self.stream = None;
+    }
+
+    /// The next chunk, reopening a suspended stream where it stopped.
+    async fn next_chunk(&mut self) -> Result<Option<Chunk>, DataError> {
+        if self.stream.is_none() {
+            let Some(reopen) = self.reopen.as_ref() else {
+                return Ok(None);
+            };
+            let window = Window {
+                prefetch: reopen.prefetch,
+                first: reopen.taken,
+                chunks: None,
+            };
+            if reopen.taken >= reopen.source.chunk_order(reopen.split, reopen.epoch).len() {
+                return Ok(None);
+            }
+            self.stream = Some(reopen.source.stream(reopen.split, reopen.epoch, window)?);
+        }
+        let chunk = self.stream.as_mut().expect("opened above").next_chunk().await?;
+        self.position = 0;
+        if let (Some(reopen), Some(_)) = (self.reopen.as_mut(), &chunk) {
+            reopen.taken += 1;
+            self.position = reopen.resume_position.take().unwrap_or(0);
+        }
+        Ok(chunk)
     }
 
     /// Up to `size` samples; the last batch of an epoch may be shorter; `None` at the end.
@@ -51,11 +126,8 @@ impl BatchReader {
             if exhausted {
                 // Drop the finished chunk before waiting, so its slot frees for prefetch.
                 self.current = None;
-                match self.stream.next_chunk().await? {
-                    Some(chunk) => {
-                        self.current = Some(chunk);
-                        self.position = 0;
-                    }
+                match self.next_chunk().await? {
+                    Some(chunk) => self.current = Some(chunk),
                     None => break,
                 }
             }

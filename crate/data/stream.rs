@@ -2,12 +2,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use futures::future::Either;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc};
 
-use super::chunk::{Chunk, order_bytes, verify_and_decode};
+use super::chunk::{Chunk, verify_and_decode};
+use super::footprint::ChunkFootprint;
 use super::error::{DataError, FetchCause};
-use super::manifest::{ChunkEntry, Manifest, Split};
+use super::manifest::{Manifest, Split};
 use super::memory::{MemoryGauge, PipelineMemory};
 use super::retry::RetryPolicy;
 use super::shuffle;
@@ -145,22 +147,10 @@ impl DataSource {
         &self.shared.options
     }
 
-    /// The most one chunk holds at once: compressed body, decoded samples, visiting order.
-    pub fn chunk_footprint_bytes(entry: &ChunkEntry) -> usize {
-        entry.footprint_bytes() + order_bytes(entry.samples)
-    }
-
-    /// The promise: one stream never holds more than (prefetch + 1) chunks at their peak.
+    /// The promise: the training stream, reading ahead the source's prefetch, never holds
+    /// more (see [`ChunkFootprint::stream_bytes`]).
     pub fn bound_bytes(&self) -> usize {
-        let largest = self
-            .shared
-            .manifest
-            .chunks
-            .iter()
-            .map(Self::chunk_footprint_bytes)
-            .max()
-            .unwrap_or(0);
-        (self.shared.options.prefetch + 1) * largest
+        ChunkFootprint::of(&self.shared.manifest, Split::Train).stream_bytes(self.shared.options.prefetch)
     }
 
     pub fn memory(&self) -> PipelineMemory {
@@ -196,20 +186,66 @@ impl DataSource {
             .collect()
     }
 
-    /// Starts streaming one epoch of `split` in the background; chunks arrive verified.
+    /// Starts streaming one epoch of `split` in the background, reading ahead the source's
+    /// prefetch; chunks arrive verified.
     pub fn epoch(&self, split: Split, epoch: u64) -> Result<EpochStream, DataError> {
+        let window = Window::whole_epoch(self.shared.options.prefetch);
+        self.stream(split, epoch, window)
+    }
+
+    /// Streams the chunks of `split`'s `epoch` that `window` names.
+    pub fn stream(&self, split: Split, epoch: u64, window: Window) -> Result<EpochStream, DataError> {
         let order = self.chunk_order(split, epoch);
         if order.is_empty() {
             return Err(DataError::EmptySplit { split });
         }
+        let end = window.chunks.map_or(order.len(), |n| (window.first + n).min(order.len()));
+        let order: Vec<usize> = order[window.first.min(end)..end].to_vec();
         let (sender, receiver) = mpsc::unbounded_channel();
-        let slots = Arc::new(Semaphore::new(self.shared.options.prefetch + 1));
-        platform::spawn(produce(self.shared.clone(), epoch, order.clone(), slots, sender));
+        let slots = Arc::new(Semaphore::new(window.prefetch + 1));
+        let remaining = order.len();
+        platform::spawn(produce(self.shared.clone(), epoch, order, slots, sender));
         Ok(EpochStream {
             receiver,
-            remaining: order.len(),
+            remaining,
             failed: false,
         })
+    }
+
+    /// The number of chunks, from the start of `split`'s `epoch`, that hold its first
+    /// `samples` samples.
+    pub fn chunks_for(&self, split: Split, epoch: u64, samples: usize) -> usize {
+        let chunks = &self.shared.manifest.chunks;
+        let mut seen = 0;
+        self.chunk_order(split, epoch)
+            .into_iter()
+            .take_while(|&i| {
+                let more = seen < samples;
+                seen += chunks[i].samples;
+                more
+            })
+            .count()
+    }
+}
+
+/// Which chunks of an epoch a stream reads, and how far ahead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Chunks fetched ahead of the one being consumed.
+    pub prefetch: usize,
+    /// Position in the epoch's chunk order of the first chunk read.
+    pub first: usize,
+    /// How many chunks to read; `None`: to the end of the epoch.
+    pub chunks: Option<usize>,
+}
+
+impl Window {
+    pub fn whole_epoch(prefetch: usize) -> Self {
+        Window {
+            prefetch,
+            first: 0,
+            chunks: None,
+        }
     }
 }
 
@@ -229,7 +265,15 @@ async fn produce(
         if sender.is_closed() {
             return;
         }
-        let result = fetch_chunk(&shared, epoch, index).await.map(|mut chunk| {
+        // A dropped stream (a reader suspended for evaluation, an evaluation cut short)
+        // abandons the fetch at once, with the bytes it holds.
+        let fetch = std::pin::pin!(fetch_chunk(&shared, epoch, index));
+        let closed = std::pin::pin!(sender.closed());
+        let result = match futures::future::select(fetch, closed).await {
+            Either::Left((result, _)) => result,
+            Either::Right(_) => return,
+        };
+        let result = result.map(|mut chunk| {
             chunk.attach_slot(slot);
             chunk
         });
