@@ -1,17 +1,32 @@
 //! Human-readable byte figures, one format everywhere the CLI prints them.
 
-pub fn format_bytes(bytes: usize) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+
+/// `bytes` in its largest unit below 1024 (a tenth's precision), and that unit.
+fn scaled(bytes: usize) -> (f64, usize) {
     let mut value = bytes as f64;
     let mut unit = 0;
     while value >= 1024.0 && unit < UNITS.len() - 1 {
         value /= 1024.0;
         unit += 1;
     }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
+    (value, unit)
+}
+
+pub fn format_bytes(bytes: usize) -> String {
+    match scaled(bytes) {
+        (_, 0) => format!("{bytes} B"),
+        (value, unit) => format!("{value:.1} {}", UNITS[unit]),
+    }
+}
+
+/// `bytes` rounded up to the tenth `format_bytes` prints: for a cap that must be at
+/// least `bytes`, so that the printed cap really is enough.
+pub fn format_bytes_up(bytes: usize) -> String {
+    match scaled(bytes) {
+        (_, 0) => format!("{bytes} B"),
+        // The small tolerance keeps an exact tenth (16 MiB) from rounding past itself.
+        (value, unit) => format!("{:.1} {}", (value * 10.0 - 1e-9).ceil() / 10.0, UNITS[unit]),
     }
 }
 
@@ -34,7 +49,16 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_bytes;
+    use super::{format_bytes, format_bytes_up, parse_bytes};
+
+    #[test]
+    fn a_needed_size_is_printed_rounded_up() {
+        let needed = 16 * 1024 * 1024 + 5;
+        assert_eq!(format_bytes(needed), "16.0 MiB");
+        assert_eq!(format_bytes_up(needed), "16.1 MiB");
+        assert_eq!(format_bytes_up(16 * 1024 * 1024), "16.0 MiB");
+        assert_eq!(format_bytes_up(1000), "1000 B");
+    }
 
     #[test]
     fn sizes_parse_in_binary_and_decimal_units() {

@@ -124,19 +124,33 @@ async fn f16_on_ndarray_says_so_and_trains_in_f32() {
     assert!(run.steps.iter().all(|s| s.loss_scale.is_none()));
 }
 
+/// The refusal's figure in MiB: "... the smallest cap that fits is 14.2 MiB (...".
+fn named_cap(error: &str) -> f64 {
+    let after = error
+        .split("the smallest cap that fits is ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no cap named: {error}"));
+    let figure = after.split(" MiB").next().unwrap();
+    figure.parse().unwrap_or_else(|_| panic!("not a MiB figure: {error}"))
+}
+
 #[tokio::test]
 async fn a_cap_below_every_plan_is_refused_before_training_with_the_cap_that_would_fit() {
-    let error = match train(
-        BackendKind::Wgpu,
-        TrainConfig {
-            cap: Some(1 << 20),
-            ..config(vec![512, 256], 3)
-        },
-    )
-    .await
-    {
+    let capped = |cap: u64| TrainConfig {
+        cap: Some(cap),
+        ..config(vec![512, 256], 3)
+    };
+    let error = match train(BackendKind::Wgpu, capped(1 << 20)).await {
         Err(error) => error.to_string(),
         Ok(_) => panic!("trained under a 1 MiB cap"),
     };
-    assert!(error.contains("1.0 MiB") && error.contains("at least"), "{error}");
+    assert!(error.contains("a cap of 1.0 MiB fits no setting"), "{error}");
+    // Each lever this run could still use is tried, with what it would need.
+    assert!(error.contains("with checkpointing") && error.contains("with f16 storage"), "{error}");
+    // The cap it names is the one that fits: the run trains under it.
+    let fitting = (named_cap(&error) * (1 << 20) as f64).ceil() as u64;
+    let run = train(BackendKind::Wgpu, capped(fitting))
+        .await
+        .unwrap_or_else(|e| panic!("the named cap of {fitting} bytes did not fit: {e}"));
+    assert_eq!(run.summary.steps, 3);
 }

@@ -42,14 +42,11 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     if let Some(why) = args.backend.unavailable() {
         anyhow::bail!(why);
     }
-    let source = DataSource::open(
-        &args.data,
-        StreamOptions {
-            prefetch: args.prefetch,
-            ..StreamOptions::default()
-        },
-    )
-    .await?;
+    let stream = StreamOptions {
+        prefetch: args.prefetch,
+        ..StreamOptions::default()
+    };
+    let source = DataSource::open(&args.data, stream.clone()).await?;
     let input = input_shape(source.manifest())?;
     let config = TrainConfig {
         model: args.model.model_config(),
@@ -60,6 +57,7 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
             ..OptimizerConfig::default()
         },
         cap: args.cap,
+        stream,
         ..TrainConfig::default()
     };
     config.validate(&input).map_err(anyhow::Error::msg)?;
@@ -77,7 +75,9 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         }
     };
     let pool = PoolModel::for_backend(args.backend.name());
-    let mut request = train_plan::request(&config, &input, Precision::F32, source.bound_bytes() as u64, pool);
+    let (train, eval) = train_plan::footprints(&config, &source);
+    let data = train_plan::data_options(&config, train, eval);
+    let mut request = train_plan::request(&config, &input, Precision::F32, data, pool);
     request.precisions = precisions;
     request.checkpointing = match args.checkpointing {
         Some(only) => vec![only],
@@ -148,12 +148,14 @@ fn mib(bytes: u64) -> String {
 
 fn print_table(plan: &Plan) {
     println!(
-        "{:>1} {:>6} {:>5} {:>4} {:>5} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>8} {:>4}",
+        "{:>1} {:>6} {:>5} {:>4} {:>5} {:>3} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>8} {:>4}",
         "",
         "micro",
         "accum",
         "prec",
         "ckpt",
+        "pf",
+        "eval",
         "params",
         "master",
         "grads",
@@ -169,12 +171,14 @@ fn print_table(plan: &Plan) {
     for (i, c) in plan.candidates.iter().enumerate() {
         let b = &c.breakdown;
         println!(
-            "{:>1} {:>6} {:>5} {:>4} {:>5} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>8} {:>4}",
+            "{:>1} {:>6} {:>5} {:>4} {:>5} {:>3} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>8} {:>4}",
             if plan.chosen == Some(i) { "*" } else { "" },
             c.micro_batch,
             c.accumulation_steps,
             c.precision,
             if c.checkpointing { "yes" } else { "no" },
+            c.data.prefetch,
+            if c.data.pause_training_for_eval { "paused" } else { "beside" },
             mib(b.parameters),
             mib(b.master_weights),
             mib(b.gradients),
@@ -190,11 +194,12 @@ fn print_table(plan: &Plan) {
     }
     match (plan.chosen(), plan.cap) {
         (Some(c), Some(cap)) => println!(
-            "* picked: micro-batch {} x {} accumulated, {}{}: {} of the {} cap",
+            "* picked: micro-batch {} x {} accumulated, {}{}, {}: {} of the {} cap",
             c.micro_batch,
             c.accumulation_steps,
             c.precision,
             if c.checkpointing { ", checkpointing" } else { "" },
+            c.data,
             format_bytes(c.peak() as usize),
             format_bytes(cap as usize)
         ),

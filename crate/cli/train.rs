@@ -72,9 +72,14 @@ pub struct TrainArgs {
     no_shuffle: bool,
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Chunks fetched ahead of the one in use.
+    /// Chunks fetched ahead of the one in use, at most: under a cap the planner may fetch
+    /// fewer ahead.
     #[arg(long, default_value_t = 2)]
     prefetch: usize,
+    /// Release the training stream's chunks while evaluating (true) or keep them (false);
+    /// by default the planner decides, keeping them where the cap allows.
+    #[arg(long)]
+    pause_training_for_eval: Option<bool>,
     /// Write every event as a JSON line to this file.
     #[arg(long)]
     metrics: Option<PathBuf>,
@@ -112,6 +117,7 @@ impl TrainArgs {
             eval_every: self.eval_every,
             evaluate: !self.no_eval,
             eval_samples: self.eval_samples,
+            pause_training_for_eval: self.pause_training_for_eval,
             seed: self.seed,
             stream: StreamOptions {
                 prefetch: self.prefetch,

@@ -9,6 +9,6 @@ pub mod tracker;
 
 pub use calibration::{Calibration, Probe};
 pub use enforcer::{Enforcement, Enforcer, Verdict};
-pub use planner::{Breakdown, Candidate, Plan, PlanRequest, plan};
+pub use planner::{Breakdown, Candidate, DataOption, DataSettings, Plan, PlanRequest, plan};
 pub use pool::PoolModel;
 pub use tracker::{MemorySample, MemoryTracker};

@@ -19,13 +19,48 @@ pub struct PlanRequest {
     pub optimizer: OptimizerKind,
     /// Whether SGD keeps a momentum buffer.
     pub momentum: bool,
-    /// The data pipeline's bound: (prefetch + 1) x the largest decoded chunk.
-    pub data_bytes: u64,
+    /// The ways the data pipeline may run, each with the bytes it holds at its peak.
+    pub data: Vec<DataOption>,
     pub pool: PoolModel,
     /// Micro-batches to consider; empty means every divisor of the effective batch.
     pub micro_batches: Vec<usize>,
     pub precisions: Vec<Precision>,
     pub checkpointing: Vec<bool>,
+}
+
+/// How the data pipeline runs: what the planner picks beside the micro-batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataSettings {
+    /// Chunks each stream fetches ahead of the one being read.
+    pub prefetch: usize,
+    /// Evaluation runs with the training stream's chunks released (fetched again after
+    /// it), so that the two streams never hold chunks at the same time.
+    pub pause_training_for_eval: bool,
+}
+
+impl std::fmt::Display for DataSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "prefetch {}", self.prefetch)?;
+        if self.pause_training_for_eval {
+            write!(f, ", training stream paused for evaluation")?;
+        }
+        Ok(())
+    }
+}
+
+/// A way to run the data pipeline and what it holds at its peak (host memory).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct DataOption {
+    pub settings: DataSettings,
+    pub bytes: u64,
+}
+
+impl PlanRequest {
+    /// The least the data pipeline can hold: what a probe step, which draws no data,
+    /// must leave room for.
+    pub fn least_data_bytes(&self) -> u64 {
+        self.data.iter().map(|d| d.bytes).min().unwrap_or(0)
+    }
 }
 
 /// Where the predicted bytes go.
@@ -45,7 +80,7 @@ pub struct Breakdown {
     pub workspace: u64,
     /// Pages the device allocator holds beyond the live tensors.
     pub allocator_overhead: u64,
-    /// The data pipeline's bound (host memory).
+    /// What the data pipeline holds at its peak (host memory).
     pub data: u64,
 }
 
@@ -76,6 +111,7 @@ pub struct Candidate {
     pub accumulation_steps: usize,
     pub precision: Precision,
     pub checkpointing: bool,
+    pub data: DataSettings,
     pub breakdown: Breakdown,
     /// The census's peak: device reservation plus data pipeline.
     pub predicted_peak: u64,
@@ -130,7 +166,9 @@ impl Plan {
     }
 }
 
-/// The largest micro-batch that fits, preferring f32 and no checkpointing among equals.
+/// The largest micro-batch that fits, preferring f32 and no checkpointing among equals,
+/// then the deepest prefetch (fewer stalls) and evaluation beside training (nothing
+/// fetched twice).
 fn choose(candidates: &[Candidate]) -> Option<usize> {
     candidates
         .iter()
@@ -141,6 +179,8 @@ fn choose(candidates: &[Candidate]) -> Option<usize> {
                 c.micro_batch,
                 c.precision == Precision::F32,
                 !c.checkpointing,
+                c.data.prefetch,
+                !c.data.pause_training_for_eval,
                 std::cmp::Reverse(c.peak()),
             )
         })
@@ -161,18 +201,25 @@ pub fn plan(request: &PlanRequest, cap: Option<u64>) -> Plan {
     for &micro_batch in &micro_batches {
         for &precision in &request.precisions {
             for &checkpointing in &request.checkpointing {
-                let breakdown = predict(request, micro_batch, precision, checkpointing);
-                let predicted_peak = breakdown.total();
-                candidates.push(Candidate {
-                    micro_batch,
-                    accumulation_steps: request.effective_batch.div_ceil(micro_batch),
-                    precision,
-                    checkpointing,
-                    breakdown,
-                    predicted_peak,
-                    calibrated_peak: None,
-                    fits: enforcer::within_limit(cap, predicted_peak),
-                });
+                let device = predict(request, micro_batch, precision, checkpointing);
+                for option in &request.data {
+                    let breakdown = Breakdown {
+                        data: option.bytes,
+                        ..device
+                    };
+                    let predicted_peak = breakdown.total();
+                    candidates.push(Candidate {
+                        micro_batch,
+                        accumulation_steps: request.effective_batch.div_ceil(micro_batch),
+                        precision,
+                        checkpointing,
+                        data: option.settings,
+                        breakdown,
+                        predicted_peak,
+                        calibrated_peak: None,
+                        fits: enforcer::within_limit(cap, predicted_peak),
+                    });
+                }
             }
         }
     }
@@ -184,9 +231,9 @@ pub fn plan(request: &PlanRequest, cap: Option<u64>) -> Plan {
     }
 }
 
-/// The breakdown of one setting: every live tensor at the step's peak (the last
-/// micro-batch's backward, with the optimizer state and gradient sum alive), then the
-/// allocator's pages around them.
+/// The device's breakdown of one setting (`data` is left at zero): every live tensor at
+/// the step's peak (the last micro-batch's backward, with the optimizer state and
+/// gradient sum alive), then the allocator's pages around them.
 pub fn predict(
     request: &PlanRequest,
     micro_batch: usize,
@@ -270,7 +317,7 @@ pub fn predict(
         activations,
         workspace,
         allocator_overhead: 0,
-        data: request.data_bytes,
+        data: 0,
     };
     // Pages never hold less than the tensors on them.
     breakdown.allocator_overhead = request.pool.reserved(&live).saturating_sub(breakdown.tensors());
@@ -314,7 +361,13 @@ mod tests {
             effective_batch: 256,
             optimizer: OptimizerKind::Adam,
             momentum: false,
-            data_bytes: 1 << 20,
+            data: vec![DataOption {
+                settings: DataSettings {
+                    prefetch: 1,
+                    pause_training_for_eval: false,
+                },
+                bytes: 1 << 20,
+            }],
             pool,
             micro_batches: vec![],
             precisions: vec![Precision::F32, Precision::F16],
@@ -344,7 +397,8 @@ mod tests {
             (top.micro_batch, top.precision, top.checkpointing),
             (256, Precision::F32, false)
         );
-        let cap = (predict(&r, 64, Precision::F32, false).total() as f64 / HEADROOM) as u64 + 1;
+        let peak = predict(&r, 64, Precision::F32, false).total() + r.least_data_bytes();
+        let cap = (peak as f64 / HEADROOM) as u64 + 1;
         let capped = plan(&r, Some(cap));
         let pick = capped.chosen().unwrap();
         assert!(pick.predicted_peak <= enforcer::limit(cap));

@@ -39,9 +39,20 @@ struct ProbeSetting<'a> {
 }
 
 impl ProbeSetting<'_> {
-    /// Whether a rung expected at `device_bytes` may run under the cap.
+    /// Whether a rung expected at `device_bytes` leaves the enforcer's headroom under the
+    /// cap: a rung up to the census's pick, or a measured peak the run could keep.
     fn may_run(&self, device_bytes: u64) -> bool {
-        enforcer::within_limit(self.config.cap, device_bytes + self.plan.request.data_bytes)
+        enforcer::within_limit(self.config.cap, device_bytes + self.plan.request.least_data_bytes())
+    }
+
+    /// Whether a rung expected at `device_bytes` stays under the cap itself: worth
+    /// measuring even where the expectation leaves no headroom, as it may over-count (on a
+    /// small model the allocator's fixed pages are most of the peak, and a probe's excess
+    /// over the census does not grow with the micro-batch).
+    fn may_probe(&self, device_bytes: u64) -> bool {
+        self.config
+            .cap
+            .is_none_or(|cap| device_bytes + self.plan.request.least_data_bytes() <= cap)
     }
 }
 
@@ -83,20 +94,37 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
     }
     let accumulating = setting.target_micro_batch < setting.config.effective_batch;
     let checkpointing = setting.config.checkpointing;
-    let ladder = probe_ladder(setting.target_micro_batch);
+    let target = setting.target_micro_batch;
+    // Under a cap the census's pick may be held down by its own over-count: the ladder goes
+    // on above it, one larger micro-batch at a time, while the rungs below say it stays
+    // under the cap, and until a measured peak leaves no headroom.
+    let above: Vec<usize> = match setting.config.cap {
+        Some(_) => plan::micro_batch_choices(setting.config)
+            .into_iter()
+            .rev()
+            .filter(|&m| m > target)
+            .collect(),
+        None => Vec::new(),
+    };
+    let ladder = probe_ladder(target);
     // The weights were placed in pages at initialization; the first update moves them
     // into the pools the steps carve, where they stay. Probing only after that move
     // measures the pages the run's steps will see.
     let (mut model, _) = probe(model, setting, ladder[0], accumulating, 1, device);
     let mut probes: Vec<Probe> = Vec::new();
-    for micro_batch in ladder {
+    for micro_batch in ladder.into_iter().chain(above) {
+        // Rungs up to the target accumulate as the target does; one above it as it would.
+        let accumulating = match micro_batch > target {
+            true => micro_batch < setting.config.effective_batch,
+            false => accumulating,
+        };
         let census_reserved = setting
             .plan
             .probe_census(micro_batch, accumulating, checkpointing);
         // The first rung, a quarter of the target, always runs: a step that small is what
         // the run itself would try first under a cap that fits nothing better.
         if let Some(so_far) = Calibration::fit(probes.clone())
-            && !setting.may_run(so_far.device_bytes(micro_batch, census_reserved))
+            && !setting.may_probe(so_far.device_bytes(micro_batch, census_reserved))
         {
             break;
         }

@@ -76,6 +76,9 @@ pub struct TrainConfig {
     /// (without shuffling, the first of the split): a quick, repeatable evaluation where
     /// the whole split would take longer than the training.
     pub eval_samples: Option<usize>,
+    /// Whether evaluation runs with the training stream's chunks released (fetched again
+    /// after it); `None`: the planner decides, releasing them only where the cap needs it.
+    pub pause_training_for_eval: Option<bool>,
     pub seed: u64,
     pub stream: StreamOptions,
 }
@@ -95,6 +98,7 @@ impl Default for TrainConfig {
             eval_every: 0,
             evaluate: true,
             eval_samples: None,
+            pause_training_for_eval: None,
             seed: 0,
             stream: StreamOptions::default(),
         }

@@ -13,13 +13,13 @@ pub enum TrainError {
     )]
     Diverged { step: u64, loss: f32 },
     #[error(
-        "a cap of {cap} fits no setting of this run: it needs at least {needed} (micro-batch {micro_batch}); raise the cap{hint}"
+        "a cap of {cap} fits no setting of this run: the smallest cap that fits is {needed} ({setting}). {advice}"
     )]
     CapTooSmall {
         cap: String,
         needed: String,
-        micro_batch: usize,
-        hint: String,
+        setting: String,
+        advice: String,
     },
     #[error(
         "step {step} held {peak}, over the cap of {cap}, and a smaller micro-batch frees nothing more: what remains is parameters, gradients and optimizer state; raise the cap or choose a smaller model"

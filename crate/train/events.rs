@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use super::config::Precision;
 use crate::data::Split;
-use crate::memory::{Breakdown, Calibration, Enforcement, MemorySample};
+use crate::memory::{Breakdown, Calibration, DataSettings, Enforcement, MemorySample};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct RunStarted {
@@ -29,6 +29,8 @@ pub struct RunStarted {
     /// rested on. `None` without calibration or a device pool.
     pub calibrated_peak: Option<u64>,
     pub calibration: Option<Calibration>,
+    /// How the data pipeline runs: the planner's pick.
+    pub data: DataSettings,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -72,8 +74,11 @@ pub struct RunSummary {
     pub samples_per_sec: f64,
     pub final_loss: f32,
     pub eval: Option<EvalRecord>,
-    /// The peak over the whole run.
+    /// The peak over the whole run, sampled where steps peak.
     pub peak_memory: MemorySample,
+    /// The most the data pipeline held at any moment (its gauge's own peak, which sees
+    /// the moments between samples).
+    pub data_peak_bytes: u64,
     pub skipped_steps: u64,
     pub enforcements: Vec<Enforcement>,
     /// The micro-batch at the end of the run.

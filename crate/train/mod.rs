@@ -1,6 +1,7 @@
 //! One training engine for the CLI and the page: micro-batches with explicit gradient
 //! accumulation, optimizers, learning-rate schedule, evaluation, memory samples.
 
+pub mod advice;
 pub mod backend;
 pub mod calibrate;
 pub mod config;

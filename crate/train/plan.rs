@@ -3,12 +3,12 @@
 use burn::prelude::Device;
 
 use super::config::{OptimizerKind, Precision, TrainConfig};
+use super::advice::{self, Levers};
 use super::error::TrainError;
-use crate::data::{DataSource, Manifest, Split};
+use crate::data::{ChunkFootprint, DataSource, Manifest, Split};
 use crate::memory::planner::predict;
-use crate::memory::{Candidate, Plan, PlanRequest, PoolModel};
+use crate::memory::{Candidate, DataOption, DataSettings, Plan, PlanRequest, PoolModel};
 use crate::model::InputShape;
-use crate::units::format_bytes;
 
 /// What the trainer needs to know about a dataset: images of one channel, u8 labels.
 pub fn input_shape(manifest: &Manifest) -> Result<InputShape, TrainError> {
@@ -44,6 +44,8 @@ pub struct RunPlan {
     pub precision_note: Option<String>,
     /// What the plan was made for.
     pub request: PlanRequest,
+    /// What a refusal may suggest beyond the run's own settings.
+    pub levers: Levers,
 }
 
 impl RunPlan {
@@ -53,25 +55,7 @@ impl RunPlan {
         if let Some(chosen) = self.plan.chosen() {
             return Ok(chosen);
         }
-        let smallest = self
-            .plan
-            .candidates
-            .iter()
-            .min_by_key(|c| c.peak())
-            .expect("every effective batch has the divisor 1");
-        let needed = self.plan.smallest_fitting_cap().unwrap_or(smallest.peak());
-        let hint = match (self.precision, config.checkpointing) {
-            (Precision::F32, false) => ", or try f16 storage and checkpointing",
-            (Precision::F32, true) => ", or try f16 storage",
-            (Precision::F16, false) => ", or try checkpointing",
-            (Precision::F16, true) => ", or choose a smaller model",
-        };
-        Err(TrainError::CapTooSmall {
-            cap: format_bytes(config.cap.unwrap_or(0) as usize),
-            needed: format_bytes(needed as usize),
-            micro_batch: smallest.micro_batch,
-            hint: hint.into(),
-        })
+        Err(advice::refusal(self, config))
     }
 
     /// The census's device reservation for a probe step of `micro_batch`, accumulating two
@@ -100,11 +84,25 @@ pub fn for_run(
         return Err(TrainError::Dataset("the training split is empty".into()));
     }
     let (precision, precision_note) = effective_precision(config.precision, device, backend);
+    let manifest = source.manifest();
+    let eval_samples = config.evaluate.then(|| config.eval_samples.unwrap_or(usize::MAX));
+    let levers = Levers {
+        f16_available: device.supports_dtype(Precision::F16.dtype()),
+        ..Levers::for_dataset(manifest.chunk_samples, |chunk_samples| {
+            let train = ChunkFootprint::rechunked(manifest, Split::Train, chunk_samples);
+            let eval = ChunkFootprint::rechunked(manifest, Split::Test, chunk_samples);
+            let eval_chunks = eval_samples.map_or(0, |n| n.div_ceil(chunk_samples));
+            (train, eval.first_chunks(eval_chunks))
+        })
+    };
     let request = request(
         config,
         &input,
         precision,
-        source.bound_bytes() as u64,
+        {
+            let (train, eval) = footprints(config, source);
+            data_options(config, train, eval)
+        },
         PoolModel::for_backend(backend),
     );
     Ok(RunPlan {
@@ -113,6 +111,7 @@ pub fn for_run(
         precision,
         precision_note,
         request,
+        levers,
     })
 }
 
@@ -126,14 +125,70 @@ pub fn micro_batch_choices(config: &TrainConfig) -> Vec<usize> {
         .collect()
 }
 
+/// The chunks an evaluation reads: enough for `eval_samples`, or the whole test split.
+pub fn eval_chunks(config: &TrainConfig, source: &DataSource) -> usize {
+    let all = source.manifest().chunks_of(Split::Test).len();
+    config
+        .eval_samples
+        .map_or(all, |samples| source.chunks_for(Split::Test, 0, samples))
+}
+
+/// The chunks a run streams: the training split's, and those its evaluations read (none
+/// when it does not evaluate).
+pub fn footprints(config: &TrainConfig, source: &DataSource) -> (ChunkFootprint, ChunkFootprint) {
+    let manifest = source.manifest();
+    let train = ChunkFootprint::of(manifest, Split::Train);
+    let evaluated = if config.evaluate { eval_chunks(config, source) } else { 0 };
+    (train, ChunkFootprint::of(manifest, Split::Test).first_chunks(evaluated))
+}
+
+/// Every way the data pipeline may run for `config` over chunks of these footprints, with
+/// what it holds at its peak: each prefetch depth up to the one asked for, and, where the
+/// run evaluates, evaluation beside the training stream or with the training stream's
+/// chunks released.
+///
+/// Beside training, evaluation adds its own stream to what the training stream holds
+/// between steps: all its slots full of decoded chunks. The training stream's fetches take
+/// milliseconds against a step's much longer compute, so it has caught up by the time a
+/// step ends; were a fetch still under way as evaluation starts, its compressed body
+/// would come on top, which the enforcer's headroom absorbs.
+pub fn data_options(config: &TrainConfig, train: ChunkFootprint, eval: ChunkFootprint) -> Vec<DataOption> {
+    let mut options = Vec::new();
+    for prefetch in (0..=config.stream.prefetch).rev() {
+        let training = train.stream_bytes(prefetch) as u64;
+        if eval.count == 0 {
+            options.push(data_option(prefetch, false, training));
+            continue;
+        }
+        let evaluation = eval.stream_bytes(prefetch) as u64;
+        let training_between_steps = training - train.body as u64;
+        if config.pause_training_for_eval != Some(true) {
+            options.push(data_option(prefetch, false, training_between_steps + evaluation));
+        }
+        if config.pause_training_for_eval != Some(false) {
+            options.push(data_option(prefetch, true, training.max(evaluation)));
+        }
+    }
+    options
+}
+
+fn data_option(prefetch: usize, pause_training_for_eval: bool, bytes: u64) -> DataOption {
+    DataOption {
+        settings: DataSettings {
+            prefetch,
+            pause_training_for_eval,
+        },
+        bytes,
+    }
+}
+
 /// A plan request for `config` as it will run: its precision and checkpointing fixed, the
-/// micro-batch open up to the one asked for. `data_bound_bytes` is what one data stream
-/// may hold (`DataSource::bound_bytes`).
+/// micro-batch open up to the one asked for, and the data pipeline's `data` options.
 pub fn request(
     config: &TrainConfig,
     input: &InputShape,
     precision: Precision,
-    data_bound_bytes: u64,
+    data: Vec<DataOption>,
     pool: PoolModel,
 ) -> PlanRequest {
     PlanRequest {
@@ -142,8 +197,7 @@ pub fn request(
         effective_batch: config.effective_batch,
         optimizer: config.optimizer.kind,
         momentum: config.optimizer.kind == OptimizerKind::Sgd && config.optimizer.momentum > 0.0,
-        // Training and evaluation streams can both hold chunks at once.
-        data_bytes: if config.evaluate { 2 } else { 1 } * data_bound_bytes,
+        data,
         pool,
         micro_batches: micro_batch_choices(config),
         precisions: vec![precision],

@@ -81,9 +81,11 @@ impl Progress {
         while trainer.step < total_steps {
             let reader = match &mut self.reader {
                 Some(reader) => reader,
-                None => self.reader.insert(BatchReader::new(
-                    source.epoch(Split::Train, trainer.epoch)?,
-                    source.manifest().sample_bytes(),
+                None => self.reader.insert(BatchReader::suspendable(
+                    source,
+                    Split::Train,
+                    trainer.epoch,
+                    trainer.data_settings().prefetch,
                 )),
             };
             let Some(batch) = reader.next_batch(trainer.config().effective_batch).await? else {
@@ -113,6 +115,7 @@ impl Progress {
             final_loss: self.last_loss,
             eval: self.last_eval.clone(),
             peak_memory: trainer.run_peak,
+            data_peak_bytes: source.memory().peak_bytes_held as u64,
             skipped_steps: trainer.skipped_steps,
             enforcements: trainer.enforcements().to_vec(),
             micro_batch: trainer.micro_batch(),
@@ -145,6 +148,11 @@ impl Progress {
         let evaluated = self.last_eval.as_ref().is_some_and(|e| e.step == trainer.step);
         if evaluated || !trainer.config().evaluate || source.manifest().count(Split::Test) == 0 {
             return Ok(());
+        }
+        if trainer.data_settings().pause_training_for_eval
+            && let Some(reader) = self.reader.as_mut()
+        {
+            reader.suspend();
         }
         let eval = trainer.evaluate(source, Split::Test).await?;
         events.push(TrainEvent::Eval(eval.clone()));

@@ -12,10 +12,11 @@ use super::precision::{self, LossScaler};
 use super::run::Progress;
 use super::schedule::Schedule;
 use super::step::{MicroSteps, accumulate_gradients};
-use super::{optimizer, tensors};
-use crate::data::{Batch, BatchReader, DataSource, Split};
+use super::{optimizer, plan, tensors};
+use crate::data::{Batch, BatchReader, DataSource, Split, Window};
 use crate::memory::{
-    Calibration, Candidate, Enforcement, Enforcer, MemorySample, MemoryTracker, Plan, Verdict,
+    Calibration, Candidate, DataSettings, Enforcement, Enforcer, MemorySample, MemoryTracker, Plan,
+    Verdict,
 };
 use crate::model::{InputShape, Model};
 use crate::units::format_bytes;
@@ -130,6 +131,11 @@ impl Trainer {
             planned,
             calibration,
         })
+    }
+
+    /// How the data pipeline runs, as planned.
+    pub fn data_settings(&self) -> DataSettings {
+        self.planned.data
     }
 
     /// The micro-batch the next step uses.
@@ -273,7 +279,13 @@ impl Trainer {
             Precision::F16 => precision::half_copy(&self.model().valid()),
         };
         let loss_fn = CrossEntropyLossConfig::new().init(&self.device);
-        let mut reader = BatchReader::new(source.epoch(split, 0)?, source.manifest().sample_bytes());
+        // Only the chunks the evaluation reads are fetched.
+        let window = Window {
+            prefetch: self.data_settings().prefetch,
+            first: 0,
+            chunks: Some(plan::eval_chunks(&self.config, source)),
+        };
+        let mut reader = BatchReader::new(source.stream(split, 0, window)?, source.manifest().sample_bytes());
         let mut loss_sum: Option<Tensor<1>> = None;
         let mut correct: Option<Tensor<1, Int>> = None;
         let mut samples = 0;
@@ -339,6 +351,7 @@ impl Trainer {
             predicted: self.planned.breakdown,
             calibrated_peak: self.planned.calibrated_peak,
             calibration: self.calibration.clone(),
+            data: self.planned.data,
         }
     }
 

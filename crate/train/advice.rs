@@ -1,0 +1,160 @@
+//! Why a cap fits no setting, computed rather than guessed: the planner is asked again
+//! with each lever the run does not use yet, and the refusal names the smallest cap that
+//! fits as the run stands and the levers that would make the asked cap fit.
+
+use super::config::{Precision, TrainConfig};
+use super::error::TrainError;
+use super::plan::{RunPlan, data_options};
+use crate::data::ChunkFootprint;
+use crate::memory::enforcer::HEADROOM;
+use crate::memory::{Candidate, Plan, PlanRequest, plan};
+use crate::units::{format_bytes, format_bytes_up};
+
+/// Chunks smaller than this are not suggested: per-chunk overheads (a request, a checksum,
+/// a visiting order) start to count.
+const SMALLEST_SUGGESTED_CHUNK: usize = 256;
+
+/// What the refusal may suggest beyond the run's own settings, found when it was planned.
+#[derive(Clone, Debug, Default)]
+pub struct Levers {
+    /// Whether the device runs f16.
+    pub f16_available: bool,
+    /// A smaller chunk size for `headroom prepare`, with the chunks it would give (training,
+    /// evaluation), where the dataset's chunks are large enough to cut.
+    pub smaller_chunks: Option<(usize, ChunkFootprint, ChunkFootprint)>,
+}
+
+impl Levers {
+    pub fn for_dataset(chunk_samples: usize, rechunk: impl Fn(usize) -> (ChunkFootprint, ChunkFootprint)) -> Self {
+        let smaller = (chunk_samples / 4).max(SMALLEST_SUGGESTED_CHUNK);
+        Levers {
+            f16_available: false,
+            smaller_chunks: (smaller < chunk_samples).then(|| {
+                let (train, eval) = rechunk(smaller);
+                (smaller, train, eval)
+            }),
+        }
+    }
+}
+
+/// The smallest cap a candidate fits under, with the enforcer's headroom.
+fn cap_for(candidate: &Candidate) -> u64 {
+    (candidate.peak() as f64 / HEADROOM).ceil() as u64
+}
+
+fn smallest(plan: &Plan) -> &Candidate {
+    plan.candidates
+        .iter()
+        .min_by_key(|c| cap_for(c))
+        .expect("every effective batch has the divisor 1")
+}
+
+/// One lever tried: its name and the smallest cap the run fits under with it.
+struct Tried {
+    lever: String,
+    needed: u64,
+}
+
+/// The plan again for `request`, corrected by the run's probes where it has them: what
+/// they measured beyond the census is mostly the allocator's pages, which another
+/// precision or checkpointing keeps.
+fn replan(run_plan: &RunPlan, request: &PlanRequest) -> Plan {
+    let mut again = plan(request, run_plan.plan.cap);
+    if let Some(calibration) = &run_plan.plan.calibration {
+        again.calibrate(calibration.clone());
+    }
+    again
+}
+
+fn levers_tried(run_plan: &RunPlan, config: &TrainConfig) -> Vec<Tried> {
+    let request = &run_plan.request;
+    let mut tried = Vec::new();
+    let mut all = request.clone();
+    let mut try_lever = |lever: String, changed: PlanRequest| {
+        let needed = cap_for(smallest(&replan(run_plan, &changed)));
+        tried.push(Tried { lever, needed });
+    };
+    if let Some((chunk_samples, train, eval)) = run_plan.levers.smaller_chunks {
+        let data = data_options(config, train, eval);
+        let lever = format!("chunks of {chunk_samples} samples, made by headroom prepare --chunk-samples {chunk_samples}");
+        try_lever(lever, PlanRequest { data: data.clone(), ..request.clone() });
+        all.data = data;
+    }
+    if run_plan.precision == Precision::F32 && run_plan.levers.f16_available {
+        let changed = PlanRequest {
+            precisions: vec![Precision::F16],
+            ..request.clone()
+        };
+        try_lever("f16 storage".into(), changed);
+        all.precisions = vec![Precision::F16];
+    }
+    if !config.checkpointing {
+        let changed = PlanRequest {
+            checkpointing: vec![true],
+            ..request.clone()
+        };
+        try_lever("checkpointing".into(), changed);
+        all.checkpointing = vec![true];
+    }
+    let several = tried_count(&run_plan.levers, run_plan.precision, config) > 1;
+    if several {
+        try_lever("all of these".into(), all);
+    }
+    tried
+}
+
+/// How many levers `levers_tried` tries one at a time.
+fn tried_count(levers: &Levers, precision: Precision, config: &TrainConfig) -> usize {
+    usize::from(levers.smaller_chunks.is_some())
+        + usize::from(precision == Precision::F32 && levers.f16_available)
+        + usize::from(!config.checkpointing)
+}
+
+/// The refusal for a cap no setting fits: the smallest cap that fits and its setting; the
+/// levers that would fit the asked cap, or, where none would, what each would need.
+pub fn refusal(run_plan: &RunPlan, config: &TrainConfig) -> TrainError {
+    let cap = config.cap.unwrap_or(0);
+    let best = smallest(&run_plan.plan);
+    let smallest_micro_batch = run_plan.plan.candidates.iter().map(|c| c.micro_batch).min();
+    let mut setting = format!(
+        "micro-batch {}, {}: a peak of {} (device {}, data {}) and the enforcer's 10% headroom",
+        best.micro_batch,
+        best.data,
+        format_bytes(best.peak() as usize),
+        format_bytes(best.peak().saturating_sub(best.breakdown.data) as usize),
+        format_bytes(best.breakdown.data as usize),
+    );
+    if smallest_micro_batch.is_some_and(|m| m < best.micro_batch) {
+        setting.push_str(
+            "; smaller micro-batches need more here, as the device allocator rounds their tensors into pages",
+        );
+    }
+    let tried = levers_tried(run_plan, config);
+    let fitting: Vec<String> = tried
+        .iter()
+        .filter(|t| t.needed <= cap)
+        .map(|t| format!("{} (fits under {})", t.lever, format_bytes_up(t.needed as usize)))
+        .collect();
+    let advice = if !fitting.is_empty() {
+        format!("Under {} it fits with {}; or raise the cap.", format_bytes(cap as usize), fitting.join(", or "))
+    } else {
+        let needs: Vec<String> = tried
+            .iter()
+            .map(|t| format!("with {} {}", t.lever, format_bytes_up(t.needed as usize)))
+            .collect();
+        let needs = match needs.is_empty() {
+            true => String::new(),
+            false => format!(" (it would need {})", needs.join(", ")),
+        };
+        format!(
+            "No lever left to this run fits {}{needs}: raise the cap or choose a smaller model.",
+            format_bytes(cap as usize)
+        )
+    };
+    TrainError::CapTooSmall {
+        cap: format_bytes(cap as usize),
+        needed: format_bytes_up(cap_for(best) as usize),
+        setting,
+        advice,
+    }
+}
