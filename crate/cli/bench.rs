@@ -20,6 +20,9 @@ pub enum BenchCommand {
     Train(super::bench_train::TrainBenchArgs),
     /// The planner's predicted peak against the measured one over many configurations.
     Plan(super::bench_train::PlanBenchArgs),
+    /// samples/s against the data pipeline's bytes held, for each prefetch depth and way
+    /// of evaluating, and the run the planner picks under a cap.
+    Pipeline(super::bench_pipeline::PipelineBenchArgs),
 }
 
 #[derive(Args)]
@@ -38,6 +41,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Data(args) => bench_data(args).await,
         BenchCommand::Train(args) => super::bench_train::bench_train(args),
         BenchCommand::Plan(args) => super::bench_train::bench_plan(args),
+        BenchCommand::Pipeline(args) => super::bench_pipeline::bench_pipeline(args),
     }
 }
 
