@@ -1,11 +1,16 @@
 // Live charts with uPlot: loss and accuracy by step, memory by time. Data arrives
 // many times a second; the charts redraw at most every REDRAW_MS.
 import uPlot from "./node_modules/uplot/dist/uPlot.esm.js";
-import { toMiB } from "./format.js";
+import { fillRows, formatBytes, toMiB } from "./format.js";
 
 const REDRAW_MS = 250;
 const WIDTH_NARROW = 520;
-const WIDTH_WIDE = 1080;
+const WIDTH_WIDE = 820;
+/// A level line (cap, predicted peak) is drawn only when it lies within this multiple of
+/// the largest plotted series: a 256 MiB cap over a 10 MiB run would flatten every series
+/// against the axis. The axis leaves a little room above what it shows.
+const LEVEL_IN_VIEW = 1.8;
+const AXIS_ROOM = 1.08;
 
 const colors = {
   train: "#2857d8",
@@ -59,7 +64,8 @@ function markersPlugin(markers) {
 }
 
 export class Charts {
-  constructor({ loss, accuracy, memory }) {
+  constructor({ loss, accuracy, memory, memoryTable }) {
+    this.memoryTable = memoryTable;
     this.markers = [];
     this.loss = new uPlot(
       {
@@ -76,7 +82,7 @@ export class Charts {
         width: WIDTH_NARROW,
         height: 220,
         scales: { x: { time: false }, y: { range: [0, 1] } },
-        series: [{ label: "step" }, line("test accuracy", colors.test, { points: { show: true } })],
+        series: [{ label: "step" }, line("test accuracy", colors.test, { points: { show: true, size: 6 } })],
       },
       [[], []],
       accuracy,
@@ -85,8 +91,8 @@ export class Charts {
       {
         width: WIDTH_WIDE,
         height: 280,
-        scales: { x: { time: false } },
-        axes: [{ label: "seconds" }, { label: "MiB" }],
+        scales: { x: { time: false }, y: { range: () => [0, this.axisMax()] } },
+        axes: [{ label: "seconds" }, { label: "MiB", size: 60 }],
         series: [
           { label: "s", value: (u, v) => (v == null ? "—" : v.toFixed(1)) },
           mib("device in use", colors.inUse, "rgba(40,87,216,.35)"),
@@ -178,6 +184,60 @@ export class Charts {
     }, REDRAW_MS);
   }
 
+  /// The largest value of the series the run itself produces (not the cap or prediction),
+  /// in MiB.
+  largestSeries() {
+    let largest = 0;
+    for (const m of this.samples) {
+      const counted = (m.gpu_bytes_reserved ?? 0) + m.data_bytes_held;
+      for (const bytes of [m.gpu_bytes_in_use, counted, m.host_bytes, m.js_heap_bytes]) {
+        if (bytes != null) largest = Math.max(largest, toMiB(bytes));
+      }
+    }
+    return largest;
+  }
+
+  /// A level (cap, predicted peak) in MiB when it is in view, else null.
+  levelInView(bytes) {
+    const largest = this.largestSeries();
+    const level = toMiB(bytes);
+    return level != null && largest > 0 && level <= largest * LEVEL_IN_VIEW ? level : null;
+  }
+
+  /// The memory axis's top: what the run uses, and the levels in view.
+  axisMax() {
+    const shown = [this.largestSeries(), this.levelInView(this.cap), this.levelInView(this.predicted)];
+    const top = Math.max(...shown.filter((v) => v != null));
+    return top > 0 ? top * AXIS_ROOM : 1;
+  }
+
+  /// Current and peak of each series, and the cap's and prediction's values whether or not
+  /// they are in view.
+  fillMemoryTable() {
+    if (!this.memoryTable) return;
+    const s = this.samples;
+    const series = [
+      ["device in use", (m) => m.gpu_bytes_in_use],
+      ["device reserved", (m) => m.gpu_bytes_reserved],
+      ["data pipeline held", (m) => m.data_bytes_held],
+      ["counted against the cap", (m) => (m.gpu_bytes_reserved ?? 0) + m.data_bytes_held],
+      ["wasm memory", (m) => m.host_bytes],
+      ["page JS heap", (m) => m.js_heap_bytes],
+    ];
+    const rows = series.map(([name, pick]) => {
+      const values = s.map(pick).filter((v) => v != null);
+      const now = values.length ? values[values.length - 1] : null;
+      const peak = values.length ? Math.max(...values) : null;
+      return { name, cells: [formatBytes(now), formatBytes(peak)] };
+    });
+    for (const [name, bytes] of [["cap", this.cap], ["predicted peak", this.predicted]]) {
+      const offScale = bytes != null && s.length > 0 && this.levelInView(bytes) == null;
+      const where = bytes == null ? "—" : offScale ? "above the chart's scale" : "drawn";
+      rows.push({ name, cells: [formatBytes(bytes), where], offScale });
+    }
+    fillRows(this.memoryTable, rows);
+  }
+
   redraw() {
     if (!this.dirty) return;
     this.dirty = false;
@@ -187,6 +247,8 @@ export class Charts {
     const inUse = s.map((m) => toMiB(m.gpu_bytes_in_use));
     const reserved = s.map((m) => toMiB(m.gpu_bytes_reserved));
     const counted = s.map((m) => toMiB((m.gpu_bytes_reserved ?? 0) + m.data_bytes_held));
+    const cap = this.levelInView(this.cap);
+    const predicted = this.levelInView(this.predicted);
     this.memory.setData([
       s.map((m) => m.seconds),
       inUse,
@@ -194,8 +256,9 @@ export class Charts {
       counted,
       s.map((m) => toMiB(m.host_bytes)),
       s.map((m) => toMiB(m.js_heap_bytes)),
-      s.map(() => toMiB(this.cap)),
-      s.map(() => toMiB(this.predicted)),
+      s.map(() => cap),
+      s.map(() => predicted),
     ]);
+    this.fillMemoryTable();
   }
 }

@@ -24,15 +24,20 @@ export function fromMiB(mib) {
 
 /// A table body of [name, value] rows; each row carries its name in data-figure.
 export function fillTable(table, rows) {
+  fillRows(table, rows.map(([name, value]) => ({ name, cells: [String(value)] })));
+}
+
+/// A table body of rows, each { name, cells, offScale }: a header cell, then data cells;
+/// each row carries its name in data-figure.
+export function fillRows(table, rows) {
   table.tBodies[0].replaceChildren(
-    ...rows.map(([name, value]) => {
+    ...rows.map(({ name, cells, offScale }) => {
       const row = document.createElement("tr");
       row.dataset.figure = name;
+      row.classList.toggle("off-scale", Boolean(offScale));
       const th = document.createElement("th");
       th.textContent = name;
-      const td = document.createElement("td");
-      td.textContent = value;
-      row.append(th, td);
+      row.append(th, ...cells.map((text) => Object.assign(document.createElement("td"), { textContent: text })));
       return row;
     }),
   );

@@ -9,7 +9,12 @@ import { showStreamError, showStreamed, wireStreamPanel } from "./stream-panel.j
 const $ = (id) => document.getElementById(id);
 const PLAN_DELAY_MS = 300;
 
-const charts = new Charts({ loss: $("loss-chart"), accuracy: $("accuracy-chart"), memory: $("memory-chart") });
+const charts = new Charts({
+  loss: $("loss-chart"),
+  accuracy: $("accuracy-chart"),
+  memory: $("memory-chart"),
+  memoryTable: $("memory-table"),
+});
 // Everything the run reported, in order: the metrics download, and what tests read.
 const log = [];
 const page = { state: "loading", charts, log };
@@ -89,7 +94,8 @@ function showPlan(preview) {
     return;
   }
   const cap = preview.plan.cap;
-  const setting = `micro-batch ${chosen.micro_batch} × ${chosen.accumulation_steps} accumulation step(s), ${chosen.precision}${chosen.checkpointing ? ", checkpointing" : ""}`;
+  const data = `prefetch ${chosen.data.prefetch}${chosen.data.pause_training_for_eval ? ", training stream paused for evaluation" : ""}`;
+  const setting = `micro-batch ${chosen.micro_batch} × ${chosen.accumulation_steps} accumulation step(s), ${chosen.precision}${chosen.checkpointing ? ", checkpointing" : ""}, ${data}`;
   const peak = `predicted peak ${formatBytes(chosen.predicted_peak)} (device ${formatBytes(chosen.predicted_peak - chosen.breakdown.data)}, data ${formatBytes(chosen.breakdown.data)})`;
   const against = cap ? ` of the ${formatBytes(cap)} cap` : " (no cap)";
   const note = preview.precision_note ? ` Note: ${preview.precision_note}.` : "";

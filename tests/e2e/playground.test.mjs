@@ -111,12 +111,73 @@ test("a cap just above a step's measured peak makes the enforcer shrink the micr
   await page.close();
 });
 
+test("the MLP 784-256-10 trains under a 16 MiB cap: the plan includes the data pipeline, every sample stays under the cap, and the chart's scale follows the run", async () => {
+  const { page, problems } = await openPage();
+  await setRun(page, { dataset: "data/fashion-mnist", backend: "webgpu", layers: "256", cap: 16, batch: 256, steps: 12 });
+  await page.waitForFunction(() => /of the 16\.0 MiB cap/.test(document.getElementById("plan").textContent), null, { timeout: 60000 });
+  // Two streams of prefetched 4096-sample chunks would not fit: the planner fetches fewer
+  // ahead or releases the training chunks while evaluating.
+  assert.match(await page.textContent("#plan"), /prefetch [01]\b|paused for evaluation/);
+  await page.click("#start");
+  await page.waitForFunction(() => playground.state === "ended", null, { timeout: 300000 });
+  assert.match(await page.textContent("#status"), /^Finished: 12 steps/);
+  const started = await page.evaluate(() => playground.log.find((e) => e.event === "started"));
+  const summary = await page.evaluate(() => playground.summary);
+  const samples = await page.evaluate(() => playground.charts.samples);
+  assert.ok(samples.length >= 12, `samples: ${samples.length}`);
+  let largest = 0;
+  for (const sample of samples) {
+    const counted = sample.gpu_bytes_reserved + sample.data_bytes_held;
+    assert.ok(counted <= 16 * MIB, JSON.stringify(sample));
+    for (const bytes of [sample.gpu_bytes_in_use, counted, sample.host_bytes, sample.js_heap_bytes]) {
+      if (bytes != null) largest = Math.max(largest, bytes / MIB);
+    }
+  }
+  // What the data pipeline held at its peak, against the planner's figure for it.
+  const predicted = started.predicted.data;
+  assert.ok(Math.abs(summary.data_peak_bytes - predicted) <= 0.1 * summary.data_peak_bytes, `data: predicted ${predicted}, held ${summary.data_peak_bytes}`);
+  // The wasm memory is the largest series here (tens of MiB): the cap is in view and the
+  // axis stays within 2x of what is plotted.
+  const axisMax = await page.evaluate(() => playground.charts.memory.scales.y.max);
+  assert.ok(axisMax >= largest && axisMax <= 2 * largest, `axis ${axisMax} MiB, largest series ${largest} MiB`);
+  const capRow = await page.textContent('#memory-table tr[data-figure="cap"]');
+  assert.match(capRow, /16\.0 MiB/);
+  await page.screenshot({ path: join(artifacts, "playground-16mib.png"), fullPage: true });
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test("under a cap far above the run the chart scales to the run, and the cap's value is listed", async () => {
+  const { page, problems } = await openPage();
+  await setRun(page, { dataset: "data/fashion-mnist", backend: "webgpu", layers: "64", cap: 4096, batch: 64, steps: 3 });
+  await page.waitForFunction(() => /of the 4\.0 GiB cap/.test(document.getElementById("plan").textContent), null, { timeout: 60000 });
+  await page.click("#start");
+  await page.waitForFunction(() => playground.state === "ended", null, { timeout: 300000 });
+  const largest = await page.evaluate(() => playground.charts.largestSeries());
+  const axisMax = await page.evaluate(() => playground.charts.memory.scales.y.max);
+  assert.ok(axisMax <= 2 * largest, `axis ${axisMax} MiB for a largest series of ${largest} MiB`);
+  const capRow = await page.textContent('#memory-table tr[data-figure="cap"]');
+  assert.match(capRow, /4\.0 GiB.*above the chart's scale/);
+  assert.deepEqual(problems, []);
+  await page.close();
+});
+
 test("a cap too small for any plan is refused before training, naming the cap that fits", async () => {
   const { page, problems } = await openPage();
   await page.selectOption("#dataset", "data/fashion-mnist");
   await page.fill("#cap", "1");
   await page.waitForSelector("#plan.refused");
-  assert.match(await page.textContent("#plan"), /Nothing fits: .*cap of 1\.0 MiB.*/);
+  const refusal = await page.textContent("#plan");
+  assert.match(refusal, /Nothing fits: .*cap of 1\.0 MiB/);
+  // Computed, not a fixed sentence: the smallest cap that fits, and what each lever needs.
+  const needed = Number(refusal.match(/the smallest cap that fits is ([\d.]+) MiB/)[1]);
+  assert.ok(needed > 1, refusal);
+  assert.match(refusal, /No lever left to this run fits 1\.0 MiB \(it would need with .* [\d.]+ MiB/);
+  // The cap it names really fits.
+  await page.fill("#cap", String(needed));
+  await page.waitForFunction((cap) => document.getElementById("plan").textContent.includes(`of the ${cap.toFixed(1)} MiB cap`), needed, { timeout: 60000 });
+  await page.fill("#cap", "1");
+  await page.waitForSelector("#plan.refused");
   await page.click("#start");
   await page.waitForSelector("#status.error");
   assert.match(await page.textContent("#status"), /1\.0 MiB/);
