@@ -19,20 +19,23 @@ const SMALLEST_SUGGESTED_CHUNK: usize = 256;
 pub struct Levers {
     /// Whether the device runs f16.
     pub f16_available: bool,
-    /// A smaller chunk size for `headroom prepare`, with the chunks it would give (training,
-    /// evaluation), where the dataset's chunks are large enough to cut.
-    pub smaller_chunks: Option<(usize, ChunkFootprint, ChunkFootprint)>,
+    /// Smaller chunk sizes for `headroom prepare`, largest first, each with the chunks it
+    /// would give (training, evaluation): a quarter of the dataset's, a sixteenth, ...
+    pub smaller_chunks: Vec<(usize, ChunkFootprint, ChunkFootprint)>,
 }
 
 impl Levers {
     pub fn for_dataset(chunk_samples: usize, rechunk: impl Fn(usize) -> (ChunkFootprint, ChunkFootprint)) -> Self {
-        let smaller = (chunk_samples / 4).max(SMALLEST_SUGGESTED_CHUNK);
+        let sizes = std::iter::successors(Some(chunk_samples / 4), |size| Some(size / 4));
         Levers {
             f16_available: false,
-            smaller_chunks: (smaller < chunk_samples).then(|| {
-                let (train, eval) = rechunk(smaller);
-                (smaller, train, eval)
-            }),
+            smaller_chunks: sizes
+                .take_while(|&size| size >= SMALLEST_SUGGESTED_CHUNK)
+                .map(|size| {
+                    let (train, eval) = rechunk(size);
+                    (size, train, eval)
+                })
+                .collect(),
         }
     }
 }
@@ -70,22 +73,35 @@ fn levers_tried(run_plan: &RunPlan, config: &TrainConfig) -> Vec<Tried> {
     let request = &run_plan.request;
     let mut tried = Vec::new();
     let mut all = request.clone();
-    let mut try_lever = |lever: String, changed: PlanRequest| {
+    // The largest chunks that fit the cap, or the smallest suggested where none does.
+    let cap = config.cap.unwrap_or(0);
+    let chunks = run_plan.levers.smaller_chunks.iter().map(|&(size, train, eval)| {
+        let changed = PlanRequest {
+            data: data_options(config, train, eval),
+            ..request.clone()
+        };
         let needed = cap_for(smallest(&replan(run_plan, &changed)));
+        (size, changed, needed)
+    });
+    let mut chunk_lever = None;
+    for (size, changed, needed) in chunks {
+        let fits = needed <= cap;
+        chunk_lever = Some((size, changed, needed));
+        if fits {
+            break;
+        }
+    }
+    if let Some((size, changed, needed)) = chunk_lever {
+        let lever = format!("chunks of {size} samples, made by headroom prepare --chunk-samples {size}");
+        all.data = changed.data;
         tried.push(Tried { lever, needed });
-    };
-    if let Some((chunk_samples, train, eval)) = run_plan.levers.smaller_chunks {
-        let data = data_options(config, train, eval);
-        let lever = format!("chunks of {chunk_samples} samples, made by headroom prepare --chunk-samples {chunk_samples}");
-        try_lever(lever, PlanRequest { data: data.clone(), ..request.clone() });
-        all.data = data;
     }
     if run_plan.precision == Precision::F32 && run_plan.levers.f16_available {
         let changed = PlanRequest {
             precisions: vec![Precision::F16],
             ..request.clone()
         };
-        try_lever("f16 storage".into(), changed);
+        tried.push(tried_with("f16 storage", run_plan, &changed));
         all.precisions = vec![Precision::F16];
     }
     if !config.checkpointing {
@@ -93,21 +109,20 @@ fn levers_tried(run_plan: &RunPlan, config: &TrainConfig) -> Vec<Tried> {
             checkpointing: vec![true],
             ..request.clone()
         };
-        try_lever("checkpointing".into(), changed);
+        tried.push(tried_with("checkpointing", run_plan, &changed));
         all.checkpointing = vec![true];
     }
-    let several = tried_count(&run_plan.levers, run_plan.precision, config) > 1;
-    if several {
-        try_lever("all of these".into(), all);
+    if tried.len() > 1 {
+        tried.push(tried_with("all of these", run_plan, &all));
     }
     tried
 }
 
-/// How many levers `levers_tried` tries one at a time.
-fn tried_count(levers: &Levers, precision: Precision, config: &TrainConfig) -> usize {
-    usize::from(levers.smaller_chunks.is_some())
-        + usize::from(precision == Precision::F32 && levers.f16_available)
-        + usize::from(!config.checkpointing)
+fn tried_with(lever: &str, run_plan: &RunPlan, changed: &PlanRequest) -> Tried {
+    Tried {
+        lever: lever.into(),
+        needed: cap_for(smallest(&replan(run_plan, changed))),
+    }
 }
 
 /// The refusal for a cap no setting fits: the smallest cap that fits and its setting; the
@@ -140,7 +155,7 @@ pub fn refusal(run_plan: &RunPlan, config: &TrainConfig) -> TrainError {
     } else {
         let needs: Vec<String> = tried
             .iter()
-            .map(|t| format!("with {} {}", t.lever, format_bytes_up(t.needed as usize)))
+            .map(|t| format!("{} with {}", format_bytes_up(t.needed as usize), t.lever))
             .collect();
         let needs = match needs.is_empty() {
             true => String::new(),
