@@ -172,7 +172,7 @@ test("a cap too small for any plan is refused before training, naming the cap th
   // Computed, not a fixed sentence: the smallest cap that fits, and what each lever needs.
   const needed = Number(refusal.match(/the smallest cap that fits is ([\d.]+) MiB/)[1]);
   assert.ok(needed > 1, refusal);
-  assert.match(refusal, /No lever left to this run fits 1\.0 MiB \(it would need with .* [\d.]+ MiB/);
+  assert.match(refusal, /No lever left to this run fits 1\.0 MiB \(it would need [\d.]+ MiB with chunks of \d+ samples.*, [\d.]+ MiB with checkpointing/);
   // The cap it names really fits.
   await page.fill("#cap", String(needed));
   await page.waitForFunction((cap) => document.getElementById("plan").textContent.includes(`of the ${cap.toFixed(1)} MiB cap`), needed, { timeout: 60000 });
