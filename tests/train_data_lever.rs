@@ -5,8 +5,6 @@
 
 mod common;
 
-use serde_json::Value;
-
 const MIB: u64 = 1 << 20;
 const CAP: u64 = 16 * MIB;
 
@@ -14,8 +12,18 @@ const CAP: u64 = 16 * MIB;
 fn fashion_mnist(chunk_samples: usize) -> (tempfile::TempDir, String) {
     let root = tempfile::tempdir().expect("temp dir");
     let out = root.path().to_str().unwrap();
-    let output = common::headroom(&["prepare", "--chunk-samples", &chunk_samples.to_string(), "--out-root", out]);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let output = common::headroom(&[
+        "prepare",
+        "--chunk-samples",
+        &chunk_samples.to_string(),
+        "--out-root",
+        out,
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let dir = root.path().join("fashion-mnist").to_str().unwrap().to_string();
     (root, dir)
 }
@@ -35,25 +43,19 @@ const RUN: &[&str] = &[
     "wgpu",
 ];
 
-fn train(data: &str, extra: &[&str]) -> std::process::Output {
+/// `headroom train` of the small MLP on `data`, with `extra` flags.
+fn train_args<'a>(data: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["train", "--data", data];
     args.extend(RUN);
     args.extend(extra);
-    common::headroom(&args)
+    args
 }
 
 #[test]
 fn under_16_mib_the_small_mlp_trains_with_the_data_settings_the_planner_picked() {
     let (_root, data) = fashion_mnist(256);
-    let metrics = tempfile::NamedTempFile::new().unwrap();
-    let path = metrics.path().to_str().unwrap();
-    let output = train(&data, &["--cap", &CAP.to_string(), "--metrics", path]);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let events: Vec<Value> = std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
+    let cap = CAP.to_string();
+    let events = common::headroom_events(&train_args(&data, &["--cap", &cap]));
     let of = |kind: &'static str| events.iter().filter(move |e| e["event"] == kind);
     let started = of("started").next().unwrap();
     let finished = of("finished").next().unwrap();
@@ -62,7 +64,8 @@ fn under_16_mib_the_small_mlp_trains_with_the_data_settings_the_planner_picked()
     let mut samples = 0;
     for event in of("step").chain(of("eval")) {
         let memory = &event["memory"];
-        let counted = memory["gpu_bytes_reserved"].as_u64().unwrap() + memory["data_bytes_held"].as_u64().unwrap();
+        let counted =
+            memory["gpu_bytes_reserved"].as_u64().unwrap() + memory["data_bytes_held"].as_u64().unwrap();
         assert!(counted <= CAP, "{event}");
         samples += 1;
     }
@@ -80,13 +83,15 @@ fn under_16_mib_the_small_mlp_trains_with_the_data_settings_the_planner_picked()
 #[test]
 fn a_cap_only_smaller_chunks_meet_is_refused_with_that_advice() {
     let (_root, data) = fashion_mnist(4096);
-    let output = train(&data, &["--cap", &CAP.to_string()]);
+    let output = common::headroom(&train_args(&data, &["--cap", &CAP.to_string()]));
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("a cap of 16.0 MiB fits no setting"), "{stderr}");
     // The chunks it names are those the first test trains on, under this very cap.
     assert!(
-        stderr.contains("Under 16.0 MiB it fits with chunks of 256 samples, made by headroom prepare --chunk-samples 256"),
+        stderr.contains(
+            "Under 16.0 MiB it fits with chunks of 256 samples, made by headroom prepare --chunk-samples 256"
+        ),
         "{stderr}"
     );
     assert!(!stderr.contains("panicked"), "{stderr}");

@@ -131,7 +131,9 @@ fn named_cap(error: &str) -> f64 {
         .nth(1)
         .unwrap_or_else(|| panic!("no cap named: {error}"));
     let figure = after.split(" MiB").next().unwrap();
-    figure.parse().unwrap_or_else(|_| panic!("not a MiB figure: {error}"))
+    figure
+        .parse()
+        .unwrap_or_else(|_| panic!("not a MiB figure: {error}"))
 }
 
 #[tokio::test]
@@ -146,7 +148,10 @@ async fn a_cap_below_every_plan_is_refused_before_training_with_the_cap_that_wou
     };
     assert!(error.contains("a cap of 1.0 MiB fits no setting"), "{error}");
     // Each lever this run could still use is tried, with what it would need.
-    assert!(error.contains("with checkpointing") && error.contains("with f16 storage"), "{error}");
+    assert!(
+        error.contains("with checkpointing") && error.contains("with f16 storage"),
+        "{error}"
+    );
     // The cap it names is the one that fits: the run trains under it.
     let fitting = (named_cap(&error) * (1 << 20) as f64).ceil() as u64;
     let run = train(BackendKind::Wgpu, capped(fitting))

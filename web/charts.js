@@ -24,6 +24,11 @@ const colors = {
   predicted: "#555",
 };
 
+/// What the cap counts of a memory sample: the device's reservation and the data pipeline.
+export function countedBytes(sample) {
+  return (sample.gpu_bytes_reserved ?? 0) + sample.data_bytes_held;
+}
+
 function line(label, stroke, extra = {}) {
   return { label, stroke, width: 1.5, spanGaps: true, ...extra };
 }
@@ -122,6 +127,9 @@ export class Charts {
     this.acc = { x: [], y: [] };
     // Bytes as sampled, kept for tests and the metrics file: what the chart plots.
     this.samples = [];
+    // The largest value of the series the run itself produces (not the cap or the
+    // prediction), in MiB: what the memory axis follows.
+    this.largest = 0;
     this.heapBytes = null;
     this.cap = null;
     this.predicted = null;
@@ -163,7 +171,11 @@ export class Charts {
   }
 
   addMemory(atMs, sample) {
-    this.samples.push({ seconds: this.seconds(atMs), ...sample, js_heap_bytes: this.heapBytes });
+    const m = { seconds: this.seconds(atMs), ...sample, js_heap_bytes: this.heapBytes };
+    this.samples.push(m);
+    for (const bytes of [m.gpu_bytes_in_use, countedBytes(m), m.host_bytes, m.js_heap_bytes]) {
+      if (bytes != null) this.largest = Math.max(this.largest, toMiB(bytes));
+    }
     this.touch();
   }
 
@@ -184,29 +196,20 @@ export class Charts {
     }, REDRAW_MS);
   }
 
-  /// The largest value of the series the run itself produces (not the cap or prediction),
-  /// in MiB.
+  /// The largest value of the series the run itself produces, in MiB.
   largestSeries() {
-    let largest = 0;
-    for (const m of this.samples) {
-      const counted = (m.gpu_bytes_reserved ?? 0) + m.data_bytes_held;
-      for (const bytes of [m.gpu_bytes_in_use, counted, m.host_bytes, m.js_heap_bytes]) {
-        if (bytes != null) largest = Math.max(largest, toMiB(bytes));
-      }
-    }
-    return largest;
+    return this.largest;
   }
 
   /// A level (cap, predicted peak) in MiB when it is in view, else null.
   levelInView(bytes) {
-    const largest = this.largestSeries();
     const level = toMiB(bytes);
-    return level != null && largest > 0 && level <= largest * LEVEL_IN_VIEW ? level : null;
+    return level != null && this.largest > 0 && level <= this.largest * LEVEL_IN_VIEW ? level : null;
   }
 
   /// The memory axis's top: what the run uses, and the levels in view.
   axisMax() {
-    const shown = [this.largestSeries(), this.levelInView(this.cap), this.levelInView(this.predicted)];
+    const shown = [this.largest, this.levelInView(this.cap), this.levelInView(this.predicted)];
     const top = Math.max(...shown.filter((v) => v != null));
     return top > 0 ? top * AXIS_ROOM : 1;
   }
@@ -220,7 +223,7 @@ export class Charts {
       ["device in use", (m) => m.gpu_bytes_in_use],
       ["device reserved", (m) => m.gpu_bytes_reserved],
       ["data pipeline held", (m) => m.data_bytes_held],
-      ["counted against the cap", (m) => (m.gpu_bytes_reserved ?? 0) + m.data_bytes_held],
+      ["counted against the cap", countedBytes],
       ["wasm memory", (m) => m.host_bytes],
       ["page JS heap", (m) => m.js_heap_bytes],
     ];
@@ -246,7 +249,7 @@ export class Charts {
     const s = this.samples;
     const inUse = s.map((m) => toMiB(m.gpu_bytes_in_use));
     const reserved = s.map((m) => toMiB(m.gpu_bytes_reserved));
-    const counted = s.map((m) => toMiB((m.gpu_bytes_reserved ?? 0) + m.data_bytes_held));
+    const counted = s.map((m) => toMiB(countedBytes(m)));
     const cap = this.levelInView(this.cap);
     const predicted = this.levelInView(this.predicted);
     this.memory.setData([

@@ -1,5 +1,5 @@
 // The page: reads the controls, drives the worker, plots what comes back.
-import { Charts } from "./charts.js";
+import { Charts, countedBytes } from "./charts.js";
 import { listDatasets, offerF16, onModelChange, readRun } from "./controls.js";
 import { fillTable, formatBytes } from "./format.js";
 import { sampleHeap } from "./heap.js";
@@ -160,7 +160,7 @@ function describeEnd(stopped) {
   const s = page.summary;
   if (stopped || !s) return "Stopped.";
   const accuracy = s.eval ? `, test accuracy ${(s.eval.accuracy * 100).toFixed(2)}%` : "";
-  return `Finished: ${s.steps} steps, final loss ${s.final_loss.toFixed(4)}${accuracy}, ${Math.round(s.samples_per_sec)} samples/s, peak ${formatBytes((s.peak_memory.gpu_bytes_reserved ?? 0) + s.peak_memory.data_bytes_held)} counted against the cap.`;
+  return `Finished: ${s.steps} steps, final loss ${s.final_loss.toFixed(4)}${accuracy}, ${Math.round(s.samples_per_sec)} samples/s, peak ${formatBytes(countedBytes(s.peak_memory))} counted against the cap.`;
 }
 
 function download(name, parts, type) {

@@ -4,13 +4,12 @@
 //! `headroom train` process, evaluating as a user's run does.
 
 use std::path::Path;
-use std::process::Command;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Args;
 use serde_json::Value;
 
-use super::bench_train::median;
+use super::bench_train::{flags, median, train_events};
 use crate::units::{format_bytes, parse_bytes};
 
 #[derive(Args)]
@@ -50,27 +49,34 @@ struct Measured {
 }
 
 fn run_once(args: &PipelineBenchArgs, extra: &[String], metrics: &Path) -> anyhow::Result<Measured> {
-    let exe = std::env::current_exe().context("finding the headroom binary")?;
-    let output = Command::new(exe)
-        .args(["train", "--data", &args.data, "--backend", &args.backend, "--hidden", &args.hidden])
-        .args(["--effective-batch", &args.effective_batch.to_string()])
-        .args(["--steps", &args.steps.to_string(), "--eval-every", &args.eval_every.to_string()])
-        .args(["--eval-samples", &args.eval_samples.to_string()])
-        .args(extra)
-        .arg("--metrics")
-        .arg(metrics)
-        .output()
-        .context("starting headroom train")?;
-    if !output.status.success() {
-        bail!("headroom train {} failed: {}", extra.join(" "), String::from_utf8_lossy(&output.stderr).trim());
-    }
-    let events: Vec<Value> = std::fs::read_to_string(metrics)?
-        .lines()
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()?;
-    let find = |kind: &str| events.iter().find(|e| e["event"] == kind).context("missing event");
+    let mut train_args = flags(&[
+        "--data",
+        &args.data,
+        "--backend",
+        &args.backend,
+        "--hidden",
+        &args.hidden,
+    ]);
+    train_args.extend(flags(&["--effective-batch", &args.effective_batch.to_string()]));
+    train_args.extend(flags(&[
+        "--steps",
+        &args.steps.to_string(),
+        "--eval-every",
+        &args.eval_every.to_string(),
+    ]));
+    train_args.extend(flags(&["--eval-samples", &args.eval_samples.to_string()]));
+    train_args.extend_from_slice(extra);
+    let events = train_events(&train_args, metrics)?;
+    let find = |kind: &str| {
+        events
+            .iter()
+            .find(|e| e["event"] == kind)
+            .context("missing event")
+    };
     let (started, finished) = (find("started")?, find("finished")?);
-    let counted = |m: &Value| m["gpu_bytes_reserved"].as_u64().unwrap_or(0) + m["data_bytes_held"].as_u64().unwrap_or(0);
+    let counted = |m: &Value| {
+        m["gpu_bytes_reserved"].as_u64().unwrap_or(0) + m["data_bytes_held"].as_u64().unwrap_or(0)
+    };
     let data = &started["data"];
     Ok(Measured {
         // The whole run, evaluations and refetches included: what the user waits for.
@@ -87,7 +93,11 @@ fn run_once(args: &PipelineBenchArgs, extra: &[String], metrics: &Path) -> anyho
             "micro {}, prefetch {}{}",
             started["micro_batch"],
             data["prefetch"],
-            if data["pause_training_for_eval"] == true { ", paused" } else { "" }
+            if data["pause_training_for_eval"] == true {
+                ", paused"
+            } else {
+                ""
+            }
         ),
     })
 }
@@ -97,7 +107,10 @@ pub fn bench_pipeline(args: PipelineBenchArgs) -> anyhow::Result<()> {
     let mut settings: Vec<(String, Vec<String>)> = Vec::new();
     for prefetch in [2, 1, 0] {
         for pause in [false, true] {
-            let name = format!("prefetch {prefetch}, {}", if pause { "paused for eval" } else { "eval beside" });
+            let name = format!(
+                "prefetch {prefetch}, {}",
+                if pause { "paused for eval" } else { "eval beside" }
+            );
             let flags = vec![
                 "--prefetch".into(),
                 prefetch.to_string(),
@@ -108,10 +121,19 @@ pub fn bench_pipeline(args: PipelineBenchArgs) -> anyhow::Result<()> {
         }
     }
     let cap = args.cap.to_string();
-    settings.push((format!("planned under {}", format_bytes(args.cap as usize)), vec!["--cap".into(), cap]));
+    settings.push((
+        format!("planned under {}", format_bytes(args.cap as usize)),
+        vec!["--cap".into(), cap],
+    ));
     println!(
         "MLP {} at effective batch {}, {} steps, evaluating {} samples every {} steps, on {}; {} rounds, each run in a fresh process (samples/s over the whole run: median and range):",
-        args.hidden, args.effective_batch, args.steps, args.eval_samples, args.eval_every, args.backend, args.runs
+        args.hidden,
+        args.effective_batch,
+        args.steps,
+        args.eval_samples,
+        args.eval_every,
+        args.backend,
+        args.runs
     );
     let mut rounds: Vec<Vec<Measured>> = settings.iter().map(|_| Vec::new()).collect();
     for round in 0..args.runs.max(1) {
@@ -128,7 +150,10 @@ pub fn bench_pipeline(args: PipelineBenchArgs) -> anyhow::Result<()> {
     let reference = speed(&rounds[0]);
     for ((name, _), runs) in settings.iter().zip(&rounds) {
         let rates: Vec<f64> = runs.iter().map(|m| m.samples_per_sec).collect();
-        let (slowest, fastest) = (rates.iter().copied().fold(f64::INFINITY, f64::min), rates.iter().copied().fold(0.0, f64::max));
+        let (slowest, fastest) = (
+            rates.iter().copied().fold(f64::INFINITY, f64::min),
+            rates.iter().copied().fold(0.0, f64::max),
+        );
         let last = &runs[runs.len() - 1];
         let data_peak = median(runs.iter().map(|m| m.data_peak as f64).collect());
         let error = (last.data_predicted as f64 - data_peak) / data_peak.max(1.0);
@@ -146,6 +171,8 @@ pub fn bench_pipeline(args: PipelineBenchArgs) -> anyhow::Result<()> {
             last.picked,
         );
     }
-    println!("ratio: samples/s against the first row (prefetch 2, evaluation beside training: the uncapped default)");
+    println!(
+        "ratio: samples/s against the first row (prefetch 2, evaluation beside training: the uncapped default)"
+    );
     Ok(())
 }

@@ -145,24 +145,13 @@ pub(super) fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-fn train_once(
-    data: &str,
-    flags: &[String],
-    steps: u64,
-    warmup: u64,
-    metrics: &Path,
-) -> anyhow::Result<Measured> {
+/// `headroom train <args> --metrics <metrics>` in a fresh process, and every event it
+/// wrote; an error with its stderr where it failed.
+pub(super) fn train_events(args: &[String], metrics: &Path) -> anyhow::Result<Vec<Value>> {
     let exe = std::env::current_exe().context("finding the headroom binary")?;
     let output = Command::new(exe)
-        .args([
-            "train",
-            "--data",
-            data,
-            "--no-eval",
-            "--steps",
-            &steps.to_string(),
-        ])
-        .args(flags)
+        .arg("train")
+        .args(args)
         .arg("--metrics")
         .arg(metrics)
         .output()
@@ -170,12 +159,24 @@ fn train_once(
     if !output.status.success() {
         bail!(
             "headroom train {} failed: {}",
-            flags.join(" "),
+            args.join(" "),
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
     let text = std::fs::read_to_string(metrics)?;
-    let events: Vec<Value> = text.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+    Ok(text.lines().map(serde_json::from_str).collect::<Result<_, _>>()?)
+}
+
+fn train_once(
+    data: &str,
+    flags: &[String],
+    steps: u64,
+    warmup: u64,
+    metrics: &Path,
+) -> anyhow::Result<Measured> {
+    let mut args = self::flags(&["--data", data, "--no-eval", "--steps", &steps.to_string()]);
+    args.extend_from_slice(flags);
+    let events = train_events(&args, metrics)?;
     let find = |kind: &str| {
         events
             .iter()
@@ -229,7 +230,7 @@ fn from_rungs_below(started: &Value, census: u64) -> Option<u64> {
     Some(below.device_bytes(pick, census))
 }
 
-fn flags(list: &[&str]) -> Vec<String> {
+pub(super) fn flags(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
 

@@ -178,7 +178,11 @@ fn print_table(plan: &Plan) {
             c.precision,
             if c.checkpointing { "yes" } else { "no" },
             c.data.prefetch,
-            if c.data.pause_training_for_eval { "paused" } else { "beside" },
+            if c.data.pause_training_for_eval {
+                "paused"
+            } else {
+                "beside"
+            },
             mib(b.parameters),
             mib(b.master_weights),
             mib(b.gradients),

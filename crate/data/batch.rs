@@ -79,7 +79,9 @@ impl BatchReader {
     /// are the same as without the pause: both follow from the seed, the epoch and the
     /// chunk. A reader made with `new` has no way back and ignores this.
     pub fn suspend(&mut self) {
-        let Some(reopen) = self.reopen.as_mut() else { return };
+        let Some(reopen) = self.reopen.as_mut() else {
+            return;
+        };
         if let Some(chunk) = self.current.take()
             && self.position < chunk.len()
         {
@@ -89,7 +91,8 @@ impl BatchReader {
         self.stream = None;
     }
 
-    /// The next chunk, reopening a suspended stream where it stopped.
+    /// The next chunk, reopening a suspended stream where it stopped (a window past the
+    /// epoch's last chunk is empty, so a reader suspended at the end ends).
     async fn next_chunk(&mut self) -> Result<Option<Chunk>, DataError> {
         if self.stream.is_none() {
             let Some(reopen) = self.reopen.as_ref() else {
@@ -100,9 +103,6 @@ impl BatchReader {
                 first: reopen.taken,
                 chunks: None,
             };
-            if reopen.taken >= reopen.source.chunk_order(reopen.split, reopen.epoch).len() {
-                return Ok(None);
-            }
             self.stream = Some(reopen.source.stream(reopen.split, reopen.epoch, window)?);
         }
         let chunk = self.stream.as_mut().expect("opened above").next_chunk().await?;

@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc};
 
 use super::chunk::{Chunk, verify_and_decode};
-use super::footprint::ChunkFootprint;
 use super::error::{DataError, FetchCause};
+use super::footprint::ChunkFootprint;
 use super::manifest::{Manifest, Split};
 use super::memory::{MemoryGauge, PipelineMemory};
 use super::retry::RetryPolicy;
@@ -199,7 +199,9 @@ impl DataSource {
         if order.is_empty() {
             return Err(DataError::EmptySplit { split });
         }
-        let end = window.chunks.map_or(order.len(), |n| (window.first + n).min(order.len()));
+        let end = window
+            .chunks
+            .map_or(order.len(), |n| (window.first + n).min(order.len()));
         let order: Vec<usize> = order[window.first.min(end)..end].to_vec();
         let (sender, receiver) = mpsc::unbounded_channel();
         let slots = Arc::new(Semaphore::new(window.prefetch + 1));

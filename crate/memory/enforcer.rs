@@ -54,6 +54,11 @@ pub fn limit(cap: u64) -> u64 {
     (cap as f64 * HEADROOM) as u64
 }
 
+/// The smallest cap under which `peak` leaves the enforcer's headroom.
+pub fn cap_for(peak: u64) -> u64 {
+    (peak as f64 / HEADROOM).ceil() as u64
+}
+
 /// Whether `bytes` leave the enforcer's headroom under `cap` (always, without one).
 pub fn within_limit(cap: Option<u64>, bytes: u64) -> bool {
     cap.is_none_or(|cap| bytes <= limit(cap))

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::calibration::Calibration;
-use super::enforcer::{self, HEADROOM};
+use super::enforcer;
 use super::pool::PoolModel;
 use crate::model::{InputShape, ModelConfig, Segment};
 use crate::settings::{OptimizerKind, Precision};
@@ -146,12 +146,14 @@ impl Plan {
         self.chosen.map(|i| &self.candidates[i])
     }
 
+    /// The candidate that fits under the smallest cap, with the enforcer's headroom.
+    pub fn smallest_fitting(&self) -> Option<&Candidate> {
+        self.candidates.iter().min_by_key(|c| enforcer::cap_for(c.peak()))
+    }
+
     /// The smallest cap any candidate fits under, with the enforcer's headroom.
     pub fn smallest_fitting_cap(&self) -> Option<u64> {
-        self.candidates
-            .iter()
-            .map(|c| (c.peak() as f64 / HEADROOM).ceil() as u64)
-            .min()
+        self.smallest_fitting().map(|c| enforcer::cap_for(c.peak()))
     }
 
     /// Re-judges every candidate on the probes' measurements and picks again.
@@ -349,6 +351,7 @@ fn recomputed_peak(segments: &[Segment]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::enforcer::HEADROOM;
 
     fn request(pool: PoolModel) -> PlanRequest {
         PlanRequest {

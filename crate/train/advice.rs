@@ -6,7 +6,7 @@ use super::config::{Precision, TrainConfig};
 use super::error::TrainError;
 use super::plan::{RunPlan, data_options};
 use crate::data::ChunkFootprint;
-use crate::memory::enforcer::HEADROOM;
+use crate::memory::enforcer;
 use crate::memory::{Candidate, Plan, PlanRequest, plan};
 use crate::units::{format_bytes, format_bytes_up};
 
@@ -20,36 +20,23 @@ pub struct Levers {
     /// Whether the device runs f16.
     pub f16_available: bool,
     /// Smaller chunk sizes for `headroom prepare`, largest first, each with the chunks it
-    /// would give (training, evaluation): a quarter of the dataset's, a sixteenth, ...
+    /// would give (training, evaluation).
     pub smaller_chunks: Vec<(usize, ChunkFootprint, ChunkFootprint)>,
 }
 
-impl Levers {
-    pub fn for_dataset(chunk_samples: usize, rechunk: impl Fn(usize) -> (ChunkFootprint, ChunkFootprint)) -> Self {
-        let sizes = std::iter::successors(Some(chunk_samples / 4), |size| Some(size / 4));
-        Levers {
-            f16_available: false,
-            smaller_chunks: sizes
-                .take_while(|&size| size >= SMALLEST_SUGGESTED_CHUNK)
-                .map(|size| {
-                    let (train, eval) = rechunk(size);
-                    (size, train, eval)
-                })
-                .collect(),
-        }
-    }
+/// The chunk sizes a refusal may suggest for a dataset cut into `chunk_samples`: a quarter,
+/// a sixteenth, ... down to the smallest suggested.
+pub fn smaller_chunk_sizes(chunk_samples: usize) -> impl Iterator<Item = usize> {
+    std::iter::successors(Some(chunk_samples / 4), |size| Some(size / 4))
+        .take_while(|&size| size >= SMALLEST_SUGGESTED_CHUNK)
 }
 
-/// The smallest cap a candidate fits under, with the enforcer's headroom.
-fn cap_for(candidate: &Candidate) -> u64 {
-    (candidate.peak() as f64 / HEADROOM).ceil() as u64
-}
-
-fn smallest(plan: &Plan) -> &Candidate {
-    plan.candidates
-        .iter()
-        .min_by_key(|c| cap_for(c))
-        .expect("every effective batch has the divisor 1")
+/// The candidate of `plan` that fits under the smallest cap, and that cap.
+fn smallest(plan: &Plan) -> (&Candidate, u64) {
+    let candidate = plan
+        .smallest_fitting()
+        .expect("every effective batch has the divisor 1");
+    (candidate, enforcer::cap_for(candidate.peak()))
 }
 
 /// One lever tried: its name and the smallest cap the run fits under with it.
@@ -75,26 +62,30 @@ fn levers_tried(run_plan: &RunPlan, config: &TrainConfig) -> Vec<Tried> {
     let mut all = request.clone();
     // The largest chunks that fit the cap, or the smallest suggested where none does.
     let cap = config.cap.unwrap_or(0);
-    let chunks = run_plan.levers.smaller_chunks.iter().map(|&(size, train, eval)| {
-        let changed = PlanRequest {
-            data: data_options(config, train, eval),
-            ..request.clone()
-        };
-        let needed = cap_for(smallest(&replan(run_plan, &changed)));
-        (size, changed, needed)
-    });
-    let mut chunk_lever = None;
-    for (size, changed, needed) in chunks {
-        let fits = needed <= cap;
-        chunk_lever = Some((size, changed, needed));
-        if fits {
-            break;
-        }
-    }
+    let chunk_levers: Vec<(usize, PlanRequest, u64)> = run_plan
+        .levers
+        .smaller_chunks
+        .iter()
+        .map(|&(size, train, eval)| {
+            let changed = PlanRequest {
+                data: data_options(config, train, eval),
+                ..request.clone()
+            };
+            let needed = smallest(&replan(run_plan, &changed)).1;
+            (size, changed, needed)
+        })
+        .collect();
+    let chunk_lever = chunk_levers
+        .iter()
+        .find(|(_, _, needed)| *needed <= cap)
+        .or(chunk_levers.last());
     if let Some((size, changed, needed)) = chunk_lever {
         let lever = format!("chunks of {size} samples, made by headroom prepare --chunk-samples {size}");
-        all.data = changed.data;
-        tried.push(Tried { lever, needed });
+        all.data = changed.data.clone();
+        tried.push(Tried {
+            lever,
+            needed: *needed,
+        });
     }
     if run_plan.precision == Precision::F32 && run_plan.levers.f16_available {
         let changed = PlanRequest {
@@ -121,7 +112,7 @@ fn levers_tried(run_plan: &RunPlan, config: &TrainConfig) -> Vec<Tried> {
 fn tried_with(lever: &str, run_plan: &RunPlan, changed: &PlanRequest) -> Tried {
     Tried {
         lever: lever.into(),
-        needed: cap_for(smallest(&replan(run_plan, changed))),
+        needed: smallest(&replan(run_plan, changed)).1,
     }
 }
 
@@ -129,7 +120,7 @@ fn tried_with(lever: &str, run_plan: &RunPlan, changed: &PlanRequest) -> Tried {
 /// levers that would fit the asked cap, or, where none would, what each would need.
 pub fn refusal(run_plan: &RunPlan, config: &TrainConfig) -> TrainError {
     let cap = config.cap.unwrap_or(0);
-    let best = smallest(&run_plan.plan);
+    let (best, needed) = smallest(&run_plan.plan);
     let smallest_micro_batch = run_plan.plan.candidates.iter().map(|c| c.micro_batch).min();
     let mut setting = format!(
         "micro-batch {}, {}: a peak of {} (device {}, data {}) and the enforcer's 10% headroom",
@@ -151,7 +142,11 @@ pub fn refusal(run_plan: &RunPlan, config: &TrainConfig) -> TrainError {
         .map(|t| format!("{} (fits under {})", t.lever, format_bytes_up(t.needed as usize)))
         .collect();
     let advice = if !fitting.is_empty() {
-        format!("Under {} it fits with {}; or raise the cap.", format_bytes(cap as usize), fitting.join(", or "))
+        format!(
+            "Under {} it fits with {}; or raise the cap.",
+            format_bytes(cap as usize),
+            fitting.join(", or ")
+        )
     } else {
         let needs: Vec<String> = tried
             .iter()
@@ -168,7 +163,7 @@ pub fn refusal(run_plan: &RunPlan, config: &TrainConfig) -> TrainError {
     };
     TrainError::CapTooSmall {
         cap: format_bytes(cap as usize),
-        needed: format_bytes_up(cap_for(best) as usize),
+        needed: format_bytes_up(needed as usize),
         setting,
         advice,
     }

@@ -2,8 +2,8 @@
 
 use burn::prelude::Device;
 
-use super::config::{OptimizerKind, Precision, TrainConfig};
 use super::advice::{self, Levers};
+use super::config::{OptimizerKind, Precision, TrainConfig};
 use super::error::TrainError;
 use crate::data::{ChunkFootprint, DataSource, Manifest, Split};
 use crate::memory::planner::predict;
@@ -86,23 +86,24 @@ pub fn for_run(
     let (precision, precision_note) = effective_precision(config.precision, device, backend);
     let manifest = source.manifest();
     let eval_samples = config.evaluate.then(|| config.eval_samples.unwrap_or(usize::MAX));
+    let rechunked = |chunk_samples: usize| {
+        let train = ChunkFootprint::rechunked(manifest, Split::Train, chunk_samples);
+        let eval = ChunkFootprint::rechunked(manifest, Split::Test, chunk_samples);
+        let eval_chunks = eval_samples.map_or(0, |n| n.div_ceil(chunk_samples));
+        (chunk_samples, train, eval.first_chunks(eval_chunks))
+    };
     let levers = Levers {
         f16_available: device.supports_dtype(Precision::F16.dtype()),
-        ..Levers::for_dataset(manifest.chunk_samples, |chunk_samples| {
-            let train = ChunkFootprint::rechunked(manifest, Split::Train, chunk_samples);
-            let eval = ChunkFootprint::rechunked(manifest, Split::Test, chunk_samples);
-            let eval_chunks = eval_samples.map_or(0, |n| n.div_ceil(chunk_samples));
-            (train, eval.first_chunks(eval_chunks))
-        })
+        smaller_chunks: advice::smaller_chunk_sizes(manifest.chunk_samples)
+            .map(rechunked)
+            .collect(),
     };
+    let (train, eval) = footprints(config, source);
     let request = request(
         config,
         &input,
         precision,
-        {
-            let (train, eval) = footprints(config, source);
-            data_options(config, train, eval)
-        },
+        data_options(config, train, eval),
         PoolModel::for_backend(backend),
     );
     Ok(RunPlan {
@@ -138,8 +139,15 @@ pub fn eval_chunks(config: &TrainConfig, source: &DataSource) -> usize {
 pub fn footprints(config: &TrainConfig, source: &DataSource) -> (ChunkFootprint, ChunkFootprint) {
     let manifest = source.manifest();
     let train = ChunkFootprint::of(manifest, Split::Train);
-    let evaluated = if config.evaluate { eval_chunks(config, source) } else { 0 };
-    (train, ChunkFootprint::of(manifest, Split::Test).first_chunks(evaluated))
+    let evaluated = if config.evaluate {
+        eval_chunks(config, source)
+    } else {
+        0
+    };
+    (
+        train,
+        ChunkFootprint::of(manifest, Split::Test).first_chunks(evaluated),
+    )
 }
 
 /// Every way the data pipeline may run for `config` over chunks of these footprints, with

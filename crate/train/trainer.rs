@@ -15,8 +15,7 @@ use super::step::{MicroSteps, accumulate_gradients};
 use super::{optimizer, plan, tensors};
 use crate::data::{Batch, BatchReader, DataSource, Split, Window};
 use crate::memory::{
-    Calibration, Candidate, DataSettings, Enforcement, Enforcer, MemorySample, MemoryTracker, Plan,
-    Verdict,
+    Calibration, Candidate, DataSettings, Enforcement, Enforcer, MemorySample, MemoryTracker, Plan, Verdict,
 };
 use crate::model::{InputShape, Model};
 use crate::units::format_bytes;

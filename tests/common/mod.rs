@@ -49,15 +49,23 @@ pub fn train_on_wgpu(data: &str, flags: &[&str]) -> std::process::Output {
 /// [`train_on_wgpu`], and every event it wrote to `--metrics`. Fails the test if the run
 /// fails.
 pub fn train_events_on_wgpu(data: &str, flags: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec!["train", "--data", data, "--backend", "wgpu", "--no-eval"];
+    args.extend(flags);
+    headroom_events(&args)
+}
+
+/// `headroom ARGS --metrics FILE`, and every event it wrote there. Fails the test if the
+/// command fails.
+pub fn headroom_events(args: &[&str]) -> Vec<serde_json::Value> {
     let metrics = tempfile::NamedTempFile::new().expect("temp file");
     let path = metrics.path().to_str().expect("a UTF-8 temp path");
-    let mut args = vec!["--metrics", path];
-    args.extend(flags);
-    let output = train_on_wgpu(data, &args);
+    let mut args = args.to_vec();
+    args.extend(["--metrics", path]);
+    let output = headroom(&args);
     assert!(
         output.status.success(),
-        "headroom train {}: {}",
-        flags.join(" "),
+        "headroom {}: {}",
+        args.join(" "),
         String::from_utf8_lossy(&output.stderr)
     );
     std::fs::read_to_string(metrics.path())
