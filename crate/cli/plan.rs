@@ -6,7 +6,7 @@ use crate::memory::{Candidate, Plan, PoolModel, plan};
 use crate::train::calibrate::probed_plan;
 use crate::train::plan::{effective_precision, input_shape};
 use crate::train::{BackendKind, OptimizerConfig, OptimizerKind, Precision, TrainConfig, plan as train_plan};
-use crate::units::{format_bytes, parse_bytes};
+use crate::units::{format_bytes, format_bytes_up, parse_bytes};
 
 #[derive(Args)]
 pub struct PlanArgs {
@@ -97,7 +97,7 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         (None, Some(cap)) => anyhow::bail!(
             "no setting fits a cap of {}; the smallest plan needs {}",
             format_bytes(cap as usize),
-            format_bytes(plan.smallest_fitting_cap().unwrap_or(0) as usize)
+            format_bytes_up(plan.smallest_fitting_cap().unwrap_or(0) as usize)
         ),
     }
 }
