@@ -22,6 +22,7 @@ fn quick_retries() -> StreamOptions {
             max_backoff: Duration::from_millis(40),
             attempt_timeout: Duration::from_millis(800),
         },
+        window: None,
     }
 }
 

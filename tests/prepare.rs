@@ -265,3 +265,90 @@ fn the_cli_generates_synthetic_data_and_refuses_bad_values() {
         "failed runs leave nothing behind"
     );
 }
+
+#[test]
+fn text_becomes_token_chunks_split_by_position() {
+    let root = tempfile::tempdir().unwrap();
+    let (first, second) = (root.path().join("a.txt"), root.path().join("b.txt"));
+    std::fs::write(&first, "abcabcabca".repeat(50)).unwrap();
+    std::fs::write(&second, "xyz\n".repeat(25)).unwrap();
+    let out = root.path().join("out");
+    let done = common::headroom(&[
+        "prepare",
+        "--text",
+        first.to_str().unwrap(),
+        second.to_str().unwrap(),
+        "--name",
+        "letters",
+        "--chunk-samples",
+        "128",
+        "--out-root",
+        out.to_str().unwrap(),
+    ]);
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let manifest =
+        headroom::data::Manifest::parse(&std::fs::read_to_string(out.join("letters/manifest.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        manifest.vocabulary,
+        Some(["\n", "a", "b", "c", "x", "y", "z"].map(String::from).to_vec())
+    );
+    // 600 characters: the last 60 are the test split, all of them from the second file.
+    assert_eq!(
+        (manifest.count(Split::Train), manifest.count(Split::Test)),
+        (540, 60)
+    );
+    assert_eq!(manifest.sources.len(), 2);
+    let test = manifest.chunks_of(Split::Test)[0];
+    let raw = test
+        .codec
+        .decompress(
+            &std::fs::read(out.join("letters").join(&test.file)).unwrap(),
+            test.raw_bytes,
+        )
+        .unwrap();
+    assert_eq!(&raw[..4], &[4, 5, 6, 0], "x y z newline");
+    let index = std::fs::read_to_string(out.join("index.json")).unwrap();
+    assert!(index.contains("\"kind\": \"text\""), "{index}");
+}
+
+#[test]
+fn bad_text_is_a_clear_error_and_leaves_nothing_behind() {
+    let many_symbols: String = (0..300u32).filter_map(|i| char::from_u32(0x4e00 + i)).collect();
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        (
+            "not UTF-8",
+            b"To be \xff or not".to_vec(),
+            "is not UTF-8 text (invalid byte at offset 6)",
+        ),
+        ("empty", Vec::new(), "the text files are empty"),
+        (
+            "too many symbols",
+            many_symbols.into_bytes(),
+            "300 distinct characters",
+        ),
+    ];
+    for (case, bytes, expected) in cases {
+        let root = tempfile::tempdir().unwrap();
+        let file = root.path().join("corpus.txt");
+        std::fs::write(&file, bytes).unwrap();
+        let out = root.path().join("out");
+        let failed = common::headroom(&[
+            "prepare",
+            "--text",
+            file.to_str().unwrap(),
+            "--name",
+            "corpus",
+            "--out-root",
+            out.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8_lossy(&failed.stderr);
+        assert!(!failed.status.success(), "{case}: accepted");
+        assert!(stderr.contains(expected), "{case}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{case}: {stderr}");
+        assert!(
+            !out.exists() || entries(&out).is_empty(),
+            "{case}: left files behind"
+        );
+    }
+}

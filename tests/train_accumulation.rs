@@ -6,7 +6,7 @@ mod common;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::prelude::*;
-use headroom::model::ModelConfig;
+use headroom::model::{GptShape, ModelConfig};
 use headroom::train::step::{MicroSteps, StepGradients, accumulate_gradients};
 use headroom::train::{BackendKind, Precision};
 
@@ -105,30 +105,39 @@ async fn four_micro_batches_of_64_give_the_gradients_of_one_batch_of_256_on_wgpu
     accumulation_matches_one_pass(BackendKind::Wgpu, ModelConfig::Cnn { channels: vec![4, 8] }).await;
 }
 
-/// Plain passes against recomputed segments, on the same weights and batch.
+/// Plain passes against recomputed segments, on the same weights and batch: the MLP, the
+/// CNN, and the GPT (whose embeddings are recomputed with its first block).
 async fn recomputation_matches_keeping(backend: BackendKind, precision: Precision, tolerance: f64) {
-    let (batch, input) = common::one_batch(128).await;
+    let images = common::one_batch(128).await;
+    let text = common::one_text_batch(128, 16).await;
     let device = backend.device().autodiff();
-    for config in [
-        ModelConfig::Mlp { hidden: vec![96, 64] },
-        ModelConfig::Cnn { channels: vec![4, 8] },
+    let gpt = ModelConfig::Gpt(GptShape {
+        layers: 2,
+        heads: 2,
+        width: 32,
+        context: 16,
+    });
+    for (config, (batch, input)) in [
+        (ModelConfig::Mlp { hidden: vec![96, 64] }, &images),
+        (ModelConfig::Cnn { channels: vec![4, 8] }, &images),
+        (gpt, &text),
     ] {
-        let model = config.init(&input, &device);
+        let model = config.init(input, &device);
         let steps = MicroSteps {
             precision,
             // Under f16 the scale must be divided out of every segment's gradients.
             loss_scale: if precision == Precision::F16 { 1024.0 } else { 1.0 },
             ..MicroSteps::f32(64)
         };
-        let kept = accumulate_gradients(&model, &batch, steps, &input, &device, None);
+        let kept = accumulate_gradients(&model, batch, steps, input, &device, None);
         let recomputed = accumulate_gradients(
             &model,
-            &batch,
+            batch,
             MicroSteps {
                 recompute: true,
                 ..steps
             },
-            &input,
+            input,
             &device,
             None,
         );

@@ -39,7 +39,7 @@ impl ModuleVisitor for Dtypes {
 
 async fn train(backend: BackendKind, config: TrainConfig) -> Result<Run, TrainError> {
     let dataset = common::synthetic_dataset(2048, 512, Codec::Lz4);
-    let source = DataSource::open(dataset.dir.to_str().unwrap(), config.stream.clone())
+    let source = DataSource::open(dataset.dir.to_str().unwrap(), config.stream_options())
         .await
         .unwrap();
     let mut trainer = Trainer::new(config, &source, backend.device(), backend.name())?;

@@ -7,14 +7,17 @@ mod common;
 
 use headroom::data::MemoryGauge;
 use headroom::memory::MemoryTracker;
-use headroom::model::ModelConfig;
+use headroom::model::{GptShape, ModelConfig};
 use headroom::train::BackendKind;
 use headroom::train::step::{MicroSteps, accumulate_gradients};
 
 /// Device bytes in use at the step's peak above those before it: the activations and
 /// gradients one step holds.
 async fn step_bytes(model: ModelConfig, micro_batch: usize, recompute: bool) -> u64 {
-    let (batch, input) = common::one_batch(micro_batch).await;
+    let (batch, input) = match model.text_window() {
+        Some(window) => common::one_text_batch(micro_batch, window - 1).await,
+        None => common::one_batch(micro_batch).await,
+    };
     let device = BackendKind::Wgpu.device();
     let train_device = device.clone().autodiff();
     let model = model.init(&input, &train_device);
@@ -44,6 +47,17 @@ async fn recomputation_holds_one_segments_activations_at_a_time() {
                 channels: vec![16, 32],
             },
             256,
+        ),
+        // Four blocks whose attention scores and 4x MLP dominate: recomputed, one block's
+        // working set and the blocks' inputs.
+        (
+            ModelConfig::Gpt(GptShape {
+                layers: 4,
+                heads: 4,
+                width: 64,
+                context: 64,
+            }),
+            32,
         ),
     ];
     for (model, micro_batch) in cases {

@@ -12,7 +12,7 @@ use headroom::train::{
 
 async fn losses(config: TrainConfig) -> Vec<f32> {
     let dataset = common::synthetic_dataset(1000, 500, Codec::Lz4);
-    let source = DataSource::open(dataset.dir.to_str().unwrap(), config.stream.clone())
+    let source = DataSource::open(dataset.dir.to_str().unwrap(), config.stream_options())
         .await
         .unwrap();
     let backend = BackendKind::Ndarray;

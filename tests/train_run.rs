@@ -31,7 +31,7 @@ async fn train(
     config: TrainConfig,
 ) -> (Vec<TrainEvent>, headroom::train::events::RunSummary) {
     let dataset = common::synthetic_dataset(2000, 500, Codec::Lz4);
-    let source = DataSource::open(dataset.dir.to_str().unwrap(), config.stream.clone())
+    let source = DataSource::open(dataset.dir.to_str().unwrap(), config.stream_options())
         .await
         .unwrap();
     let mut trainer = Trainer::new(config, &source, backend.device(), backend.name()).unwrap();

@@ -36,7 +36,7 @@ fn config(precision: Precision) -> TrainConfig {
 /// Runs `config` to the end on the device `preference` gives; returns every event.
 async fn train(preference: Preference, config: TrainConfig) -> (String, Vec<TrainEvent>) {
     let acquired = device::acquire(preference).await.expect("a device");
-    let source = DataSource::open(&dataset_url(), config.stream.clone())
+    let source = DataSource::open(&dataset_url(), config.stream_options())
         .await
         .unwrap();
     let mut trainer = Trainer::new(config, &source, acquired.device, acquired.backend).unwrap();

@@ -2,12 +2,14 @@
 
 use clap::Args;
 
-use crate::model::ModelConfig;
+use crate::model::{GptShape, ModelConfig};
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum ModelKind {
     Mlp,
     Cnn,
+    /// A GPT over a text dataset (headroom prepare --text).
+    Gpt,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -20,7 +22,19 @@ pub struct ModelArgs {
     /// CNN channels per conv block, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "16,32")]
     pub channels: Vec<usize>,
-    /// Samples per optimizer step.
+    /// GPT blocks.
+    #[arg(long, default_value_t = 4)]
+    pub layers: usize,
+    /// GPT attention heads per block.
+    #[arg(long, default_value_t = 4)]
+    pub heads: usize,
+    /// GPT embedding width.
+    #[arg(long, default_value_t = 128)]
+    pub width: usize,
+    /// GPT context: the tokens each position may look back over.
+    #[arg(long, default_value_t = 64)]
+    pub context: usize,
+    /// Samples per optimizer step (windows of text for the GPT).
     #[arg(long, default_value_t = 256)]
     pub effective_batch: usize,
     /// Samples per forward/backward pass: `auto` lets the planner pick the largest that
@@ -65,6 +79,12 @@ impl ModelArgs {
             ModelKind::Cnn => ModelConfig::Cnn {
                 channels: self.channels.clone(),
             },
+            ModelKind::Gpt => ModelConfig::Gpt(GptShape {
+                layers: self.layers,
+                heads: self.heads,
+                width: self.width,
+                context: self.context,
+            }),
         }
     }
 }

@@ -6,6 +6,7 @@ use clap::builder::TypedValueParser;
 
 use crate::data::Codec;
 use crate::data::import::{self, DEFAULT_IDX_SOURCE, Provenance};
+use crate::data::text::DEFAULT_CHUNK_TOKENS;
 use crate::data::writer::{DEFAULT_CHUNK_SAMPLES, WriterOptions};
 
 #[derive(Args)]
@@ -19,9 +20,9 @@ pub struct PrepareArgs {
     /// Datasets are written to <out-root>/<name>/.
     #[arg(long, default_value = "static/data")]
     out_root: PathBuf,
-    /// Samples per chunk.
-    #[arg(long, default_value_t = DEFAULT_CHUNK_SAMPLES, value_parser = clap::value_parser!(u32).range(1..).map(|v| v as usize))]
-    chunk_samples: usize,
+    /// Samples per chunk (tokens, for text) [default: 4096 images, 65536 tokens].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..).map(|v| v as usize))]
+    chunk_samples: Option<usize>,
     #[arg(long, default_value = "deflate")]
     codec: Codec,
     /// Generate N training samples (and N/5 test samples) instead of importing.
@@ -30,14 +31,31 @@ pub struct PrepareArgs {
     /// Seed of the generated data.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// UTF-8 text files to prepare as one character-level corpus (needs --name); the last
+    /// 10% of the text is the test split.
+    #[arg(long, num_args = 1.., value_name = "FILE", conflicts_with_all = ["synthetic", "source"])]
+    text: Vec<PathBuf>,
 }
 
 pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
+    let text = !args.text.is_empty();
+    let default_chunk = if text {
+        DEFAULT_CHUNK_TOKENS
+    } else {
+        DEFAULT_CHUNK_SAMPLES
+    };
     let options = WriterOptions {
-        chunk_samples: args.chunk_samples,
+        chunk_samples: args.chunk_samples.unwrap_or(default_chunk),
         codec: args.codec,
     };
     let manifest = match args.synthetic {
+        None if text => {
+            let name = args
+                .name
+                .context("--text needs --name: the dataset's folder and title")?;
+            import::import_text(&args.text, &name, &args.out_root.join(&name), options)
+                .with_context(|| format!("preparing the text of {} file(s)", args.text.len()))?
+        }
         Some(samples) => {
             let name = args.name.unwrap_or_else(|| "synthetic".into());
             import::generate_synthetic(samples, args.seed, &args.out_root.join(&name), options)?
@@ -57,14 +75,16 @@ pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
     for source in &manifest.sources {
         let verdict = match import::provenance(source) {
             Provenance::Known => "matches the published file",
+            Provenance::Unknown if text => "recorded in the manifest",
             Provenance::Unknown => "not a file this build knows; check it yourself",
         };
         println!("source {} sha256 {} ({verdict})", source.file, source.sha256);
     }
     let compressed: usize = manifest.chunks.iter().map(|c| c.compressed_bytes).sum();
     let raw: usize = manifest.chunks.iter().map(|c| c.raw_bytes).sum();
+    let unit = if text { "tokens" } else { "samples" };
     println!(
-        "wrote {} to {}: {} chunks, {} train + {} test samples, {} compressed from {} ({:.1}%, {})",
+        "wrote {} to {}: {} chunks, {} train + {} test {unit}, {} compressed from {} ({:.1}%, {})",
         manifest.name,
         args.out_root.join(&manifest.name).display(),
         manifest.chunks.len(),
@@ -98,6 +118,7 @@ fn write_dataset_index(out_root: &std::path::Path) -> anyhow::Result<()> {
             "name": manifest.name,
             "train": manifest.count(crate::data::Split::Train),
             "test": manifest.count(crate::data::Split::Test),
+            "kind": if manifest.is_text() { "text" } else { "images" },
         }));
     }
     datasets.sort_by_key(|d| d["path"].as_str().map(str::to_string));

@@ -8,6 +8,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::model_args::ModelArgs;
 use crate::data::{DataSource, StreamOptions};
+use crate::model::generate::SampleSettings;
+use crate::train::config::SampleConfig;
 use crate::train::{
     BackendKind, Duration, OptimizerConfig, OptimizerKind, Precision, TrainConfig, TrainEvent, Trainer,
 };
@@ -80,6 +82,18 @@ pub struct TrainArgs {
     /// by default the planner decides, keeping them where the cap allows.
     #[arg(long)]
     pause_training_for_eval: Option<bool>,
+    /// GPT: write a text sample every N steps (0: only at the end).
+    #[arg(long, default_value_t = 0)]
+    sample_every: u64,
+    /// GPT: characters per text sample (0: none).
+    #[arg(long, default_value_t = 200)]
+    sample_chars: usize,
+    /// GPT: sampling temperature (0: always the likeliest character).
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f32,
+    /// GPT: the text samples start from.
+    #[arg(long, default_value = "\n")]
+    prompt: String,
     /// Write every event as a JSON line to this file.
     #[arg(long)]
     metrics: Option<PathBuf>,
@@ -125,6 +139,15 @@ impl TrainArgs {
                 shuffle: !self.no_shuffle,
                 ..StreamOptions::default()
             },
+            sample_every: self.sample_every,
+            sample: SampleConfig {
+                prompt: self.prompt.clone(),
+                generation: SampleSettings {
+                    tokens: self.sample_chars,
+                    temperature: self.temperature,
+                    seed: self.seed,
+                },
+            },
         }
     }
 }
@@ -149,7 +172,7 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
         anyhow::bail!(why);
     }
     let config = args.config();
-    let source = DataSource::open(&args.data, config.stream.clone()).await?;
+    let source = DataSource::open(&args.data, config.stream_options()).await?;
     let mut metrics = match &args.metrics {
         Some(path) => Some(std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?,
@@ -168,6 +191,7 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
             .expect("a valid template"),
     );
     let mut last_eval = String::new();
+    let mut tokens_per_sample = None;
     let mut write_error = None;
     let summary = trainer
         .run(&source, |event| {
@@ -180,6 +204,7 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
             match event {
                 TrainEvent::Started(started) => {
                     bar.set_length(started.total_steps);
+                    tokens_per_sample = started.tokens_per_sample;
                     bar.suspend(|| {
                         if let Some(note) = &started.precision_note {
                             println!("note: {note}");
@@ -224,10 +249,13 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
                     let cap = config.cap.map_or(String::new(), |cap| {
                         format!(" of cap {}", format_bytes(cap as usize))
                     });
+                    let speed = match tokens_per_sample {
+                        Some(tokens) => format!("{:.0} tokens/s", step.samples_per_sec * tokens as f64),
+                        None => format!("{:.0} samples/s", step.samples_per_sec),
+                    };
                     bar.set_message(format!(
-                        "loss {:.4}{last_eval} | {:.0} samples/s | micro {} | {}{cap}",
+                        "loss {:.4}{last_eval} | {speed} | micro {} | {}{cap}",
                         step.loss,
-                        step.samples_per_sec,
                         step.micro_batch,
                         memory_text(&step.memory)
                     ));
@@ -236,13 +264,17 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
                     last_eval = format!(" | test acc {:.2}%", 100.0 * eval.accuracy);
                     bar.suspend(|| {
                         println!(
-                            "step {}: test loss {:.4}, accuracy {:.2}%",
+                            "step {}: test loss {:.4}, perplexity {:.2}, accuracy {:.2}%",
                             eval.step,
                             eval.loss,
+                            eval.perplexity,
                             100.0 * eval.accuracy
                         )
                     });
                 }
+                TrainEvent::Sample(sample) => bar.suspend(|| {
+                    println!("step {} sample:\n{}{}\n", sample.step, sample.prompt, sample.text)
+                }),
                 TrainEvent::Finished(_) => bar.finish_and_clear(),
             }
         })

@@ -4,7 +4,8 @@ use super::manifest::Split;
 use super::stream::{DataSource, EpochStream, Window};
 
 /// Samples gathered for one step: `labels[i]` belongs to the i-th `sample_bytes` record
-/// of `features`.
+/// of `features`. Text has no labels: its records are windows of tokens, whose targets are
+/// the same tokens one position on.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Batch {
     pub labels: Vec<u8>,
@@ -14,11 +15,11 @@ pub struct Batch {
 
 impl Batch {
     pub fn len(&self) -> usize {
-        self.labels.len()
+        self.features.len() / self.sample_bytes.max(1)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.labels.is_empty()
+        self.features.is_empty()
     }
 }
 
@@ -61,7 +62,7 @@ impl BatchReader {
             stream: None,
             current: None,
             position: 0,
-            sample_bytes: source.manifest().sample_bytes(),
+            sample_bytes: source.sample_bytes(),
             reopen: Some(Reopen {
                 source: source.clone(),
                 split,
@@ -135,7 +136,7 @@ impl BatchReader {
             let take = (size - batch.len()).min(chunk.len() - self.position);
             for position in self.position..self.position + take {
                 let (label, features) = chunk.sample(position);
-                batch.labels.push(label);
+                batch.labels.extend(label);
                 batch.features.extend_from_slice(features);
             }
             self.position += take;

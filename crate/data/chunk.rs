@@ -39,13 +39,14 @@ pub fn verify_and_decode(
         .codec
         .decompress(body, entry.raw_bytes)
         .map_err(FetchCause::Decode)?;
-    let classes = manifest.class_names.len();
+    let classes = manifest.classes();
+    let what = if manifest.is_text() { "token" } else { "label" };
     if let Some(pos) = raw[..entry.samples]
         .iter()
         .position(|&label| usize::from(label) >= classes)
     {
         return Err(FetchCause::Decode(format!(
-            "sample {pos} has label {} but there are {classes} classes",
+            "sample {pos} has {what} {} but there are {classes}",
             raw[pos]
         )));
     }
@@ -57,6 +58,15 @@ pub fn order_bytes(samples: usize) -> usize {
     samples * std::mem::size_of::<u32>()
 }
 
+/// How a chunk's decoded bytes are read as samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// `samples` labels, then `samples` records of `sample_bytes` each.
+    Records { samples: usize, sample_bytes: usize },
+    /// Tokens, read as windows of `tokens` starting at the visiting order's offsets.
+    Windows { tokens: usize },
+}
+
 /// A verified, decoded chunk. Its bytes stay counted by the pipeline's gauge, and its slot
 /// in the prefetch window stays taken, until it is dropped.
 #[derive(Debug)]
@@ -64,8 +74,8 @@ pub struct Chunk {
     pub index: usize,
     pub file: String,
     raw: Vec<u8>,
-    samples: usize,
-    sample_bytes: usize,
+    layout: Layout,
+    /// The samples in this epoch's order: record indices, or window offsets.
     order: Vec<u32>,
     _held: HeldBytes,
     _slot: Option<OwnedSemaphorePermit>,
@@ -75,7 +85,7 @@ impl Chunk {
     pub(crate) fn new(
         index: usize,
         entry: &ChunkEntry,
-        sample_bytes: usize,
+        layout: Layout,
         raw: Vec<u8>,
         order: Vec<u32>,
         gauge: &MemoryGauge,
@@ -85,8 +95,7 @@ impl Chunk {
             index,
             file: entry.file.clone(),
             raw,
-            samples: entry.samples,
-            sample_bytes,
+            layout,
             order,
             _held: held,
             _slot: None,
@@ -97,18 +106,28 @@ impl Chunk {
         self._slot = Some(slot);
     }
 
+    /// Samples this epoch reads from the chunk.
     pub fn len(&self) -> usize {
-        self.samples
+        self.order.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.samples == 0
+        self.order.is_empty()
     }
 
-    /// The `position`-th sample in this epoch's shuffled order: (label, features).
-    pub fn sample(&self, position: usize) -> (u8, &[u8]) {
+    /// The `position`-th sample in this epoch's order: its label (none for text) and
+    /// its bytes.
+    pub fn sample(&self, position: usize) -> (Option<u8>, &[u8]) {
         let i = self.order[position] as usize;
-        let start = self.samples + i * self.sample_bytes;
-        (self.raw[i], &self.raw[start..start + self.sample_bytes])
+        match self.layout {
+            Layout::Records {
+                samples,
+                sample_bytes,
+            } => {
+                let start = samples + i * sample_bytes;
+                (Some(self.raw[i]), &self.raw[start..start + sample_bytes])
+            }
+            Layout::Windows { tokens } => (None, &self.raw[i..i + tokens]),
+        }
     }
 }

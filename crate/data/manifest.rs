@@ -96,6 +96,11 @@ pub struct Manifest {
     #[serde(default)]
     pub sources: Vec<SourceFile>,
     pub chunks: Vec<ChunkEntry>,
+    /// Present for text: the corpus's symbols in token order. A chunk of text decodes to
+    /// `samples` tokens, one byte each (an index into this list), with no labels; the
+    /// stream cuts it into windows of the model's context (see `StreamOptions::window`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vocabulary: Option<Vec<String>>,
 }
 
 impl Manifest {
@@ -103,8 +108,22 @@ impl Manifest {
         self.sample_shape.iter().product::<usize>() * self.sample_dtype.size_bytes()
     }
 
+    /// Bytes one sample takes in a decoded chunk: a label and its features, or a token.
     pub fn record_bytes(&self) -> usize {
-        1 + self.sample_bytes()
+        if self.is_text() {
+            1
+        } else {
+            1 + self.sample_bytes()
+        }
+    }
+
+    pub fn is_text(&self) -> bool {
+        self.vocabulary.is_some()
+    }
+
+    /// The values a decoded label (or token) may take.
+    pub fn classes(&self) -> usize {
+        self.vocabulary.as_ref().unwrap_or(&self.class_names).len()
     }
 
     pub fn chunks_of(&self, split: Split) -> Vec<&ChunkEntry> {
@@ -139,10 +158,18 @@ impl Manifest {
                 self.sample_shape
             ));
         }
-        if self.class_names.is_empty() || self.class_names.len() > 256 {
+        let what = if self.is_text() {
+            "vocabulary symbols"
+        } else {
+            "class names"
+        };
+        if self.classes() == 0 || self.classes() > 256 {
+            return Err(format!("{} {what}: expected 1 to 256", self.classes()));
+        }
+        if self.is_text() && self.sample_shape != [1] {
             return Err(format!(
-                "{} class names: expected 1 to 256",
-                self.class_names.len()
+                "a text dataset's sample_shape is [1] (one token), not {:?}",
+                self.sample_shape
             ));
         }
         let record = self.record_bytes();

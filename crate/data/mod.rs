@@ -18,6 +18,7 @@ pub mod synthetic;
 pub mod idx;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod import;
+pub mod text;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod writer;
 

@@ -1,8 +1,8 @@
 //! Reproducible shuffling: the same seed gives the same order natively and in wasm32
 //! (ChaCha is portable and rand's index sampling does not depend on pointer width).
 
-use rand::SeedableRng;
 use rand::seq::SliceRandom;
+use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 fn rng_for(seed: u64, epoch: u64, stream: u64) -> ChaCha8Rng {
@@ -29,6 +29,26 @@ pub fn sample_order(seed: u64, epoch: u64, chunk_index: usize, samples: usize, s
     order
 }
 
+/// Where an epoch's windows of `window` tokens start in a chunk of `tokens`: one window per
+/// `window` tokens, at seeded offsets drawn anywhere in the chunk (as nanoGPT draws its
+/// batches), or, unshuffled, the chunk cut into consecutive windows.
+pub fn window_offsets(
+    seed: u64,
+    epoch: u64,
+    chunk_index: usize,
+    tokens: usize,
+    window: usize,
+    shuffle: bool,
+) -> Vec<u32> {
+    let count = tokens / window.max(1);
+    if !shuffle {
+        return (0..count).map(|i| (i * window) as u32).collect();
+    }
+    let mut rng = rng_for(seed, epoch, chunk_index as u64);
+    let last = (tokens - window) as u32;
+    (0..count).map(|_| rng.random_range(0..=last)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -44,6 +64,17 @@ mod tests {
         let mut sorted = sample_order(7, 0, 3, 1000, true);
         sorted.sort();
         assert_eq!(sorted, (0..1000).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn windows_fit_the_chunk_and_follow_the_seed() {
+        let offsets = window_offsets(3, 0, 2, 1000, 65, true);
+        assert_eq!(offsets.len(), 1000 / 65);
+        assert!(offsets.iter().all(|&o| o as usize + 65 <= 1000));
+        assert_eq!(offsets, window_offsets(3, 0, 2, 1000, 65, true));
+        assert_ne!(offsets, window_offsets(3, 1, 2, 1000, 65, true));
+        assert_eq!(window_offsets(3, 0, 2, 200, 65, false), vec![0, 65, 130]);
+        assert!(window_offsets(3, 0, 2, 64, 65, true).is_empty());
     }
 
     #[test]

@@ -6,10 +6,10 @@ use futures::future::Either;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc};
 
-use super::chunk::{Chunk, verify_and_decode};
+use super::chunk::{Chunk, Layout, verify_and_decode};
 use super::error::{DataError, FetchCause};
 use super::footprint::ChunkFootprint;
-use super::manifest::{Manifest, Split};
+use super::manifest::{ChunkEntry, Manifest, Split};
 use super::memory::{MemoryGauge, PipelineMemory};
 use super::retry::RetryPolicy;
 use super::shuffle;
@@ -23,6 +23,10 @@ pub struct StreamOptions {
     pub seed: u64,
     pub shuffle: bool,
     pub retry: RetryPolicy,
+    /// Tokens per sample of a text dataset: the model's context plus the one token its
+    /// last position predicts. The stream cuts text chunks into windows this long; images
+    /// ignore it.
+    pub window: Option<usize>,
 }
 
 impl Default for StreamOptions {
@@ -32,6 +36,7 @@ impl Default for StreamOptions {
             seed: 0,
             shuffle: true,
             retry: RetryPolicy::default(),
+            window: None,
         }
     }
 }
@@ -43,6 +48,11 @@ impl StreamOptions {
                 "prefetch {} is above the limit of 64 chunks",
                 self.prefetch
             )));
+        }
+        if self.window.is_some_and(|w| w < 2) {
+            return Err(DataError::InvalidOption(
+                "a text window holds at least 2 tokens (a context of 1 and its target)".into(),
+            ));
         }
         self.retry.validate().map_err(DataError::InvalidOption)
     }
@@ -127,6 +137,7 @@ impl DataSource {
             url: url.clone(),
             reason,
         })?;
+        check_window(&manifest, options.window)?;
         let shared = Shared {
             location: location.to_string(),
             manifest,
@@ -145,6 +156,37 @@ impl DataSource {
 
     pub fn options(&self) -> &StreamOptions {
         &self.shared.options
+    }
+
+    /// How chunks decode into samples: labelled records, or windows of text.
+    pub fn layout(&self, entry: &ChunkEntry) -> Layout {
+        layout(&self.shared.manifest, &self.shared.options, entry)
+    }
+
+    /// Bytes of one sample as batches hold it: an image's pixels or a window's tokens.
+    pub fn sample_bytes(&self) -> usize {
+        match self.shared.options.window {
+            Some(window) if self.shared.manifest.is_text() => window,
+            _ => self.shared.manifest.sample_bytes(),
+        }
+    }
+
+    /// Samples an epoch of `entry` reads: its records, or the windows cut from its text.
+    pub fn samples_in(&self, entry: &ChunkEntry) -> usize {
+        match self.layout(entry) {
+            Layout::Records { samples, .. } => samples,
+            Layout::Windows { tokens } => entry.samples / tokens,
+        }
+    }
+
+    /// Samples an epoch of `split` reads.
+    pub fn sample_count(&self, split: Split) -> usize {
+        self.shared
+            .manifest
+            .chunks_of(split)
+            .into_iter()
+            .map(|entry| self.samples_in(entry))
+            .sum()
     }
 
     /// The promise: the training stream, reading ahead the source's prefetch, never holds
@@ -223,7 +265,7 @@ impl DataSource {
             .into_iter()
             .take_while(|&i| {
                 let more = seen < samples;
-                seen += chunks[i].samples;
+                seen += self.samples_in(&chunks[i]);
                 more
             })
             .count()
@@ -307,21 +349,49 @@ async fn fetch_chunk(shared: &Shared, epoch: u64, index: usize) -> Result<Chunk,
         .counters
         .bytes
         .fetch_add(entry.compressed_bytes as u64, Ordering::Relaxed);
-    let order = shuffle::sample_order(
-        shared.options.seed,
-        epoch,
-        index,
-        entry.samples,
-        shared.options.shuffle,
-    );
-    Ok(Chunk::new(
-        index,
-        entry,
-        manifest.sample_bytes(),
-        raw,
-        order,
-        &shared.gauge,
-    ))
+    let options = &shared.options;
+    let layout = layout(manifest, options, entry);
+    let order = match layout {
+        Layout::Records { samples, .. } => {
+            shuffle::sample_order(options.seed, epoch, index, samples, options.shuffle)
+        }
+        Layout::Windows { tokens } => {
+            shuffle::window_offsets(options.seed, epoch, index, entry.samples, tokens, options.shuffle)
+        }
+    };
+    Ok(Chunk::new(index, entry, layout, raw, order, &shared.gauge))
+}
+
+fn layout(manifest: &Manifest, options: &StreamOptions, entry: &ChunkEntry) -> Layout {
+    match options.window {
+        Some(tokens) if manifest.is_text() => Layout::Windows { tokens },
+        _ => Layout::Records {
+            samples: entry.samples,
+            sample_bytes: manifest.sample_bytes(),
+        },
+    }
+}
+
+/// A text dataset is read in windows that each chunk must hold at least one of.
+fn check_window(manifest: &Manifest, window: Option<usize>) -> Result<(), DataError> {
+    if !manifest.is_text() {
+        return Ok(());
+    }
+    let Some(window) = window else {
+        return Err(DataError::InvalidOption(format!(
+            "{} is text: it is read in windows of the model's context + 1 tokens, and no window was set",
+            manifest.name
+        )));
+    };
+    match manifest.chunks.iter().find(|c| c.samples < window) {
+        Some(short) => Err(DataError::InvalidOption(format!(
+            "chunk {} holds {} tokens, fewer than a window of {window} (context {}); prepare the text with larger chunks or use a shorter context",
+            short.file,
+            short.samples,
+            window - 1
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// One epoch's chunks, in shuffled order, each verified before it arrives.

@@ -32,6 +32,8 @@ pub struct DatasetDescription {
     pub sample_shape: Vec<usize>,
     pub class_names: Vec<String>,
     pub sources: Vec<SourceFile>,
+    /// A text dataset's symbols (see [`Manifest::vocabulary`]).
+    pub vocabulary: Option<Vec<String>>,
 }
 
 #[derive(Default)]
@@ -83,6 +85,7 @@ impl DatasetWriter {
             chunk_samples: options.chunk_samples,
             sources: description.sources,
             chunks: Vec::new(),
+            vocabulary: description.vocabulary,
         };
         Ok(DatasetWriter {
             final_dir: out_dir.to_path_buf(),
@@ -102,6 +105,11 @@ impl DatasetWriter {
                 features.len()
             )));
         }
+        if self.manifest.is_text() {
+            return Err(DataError::Import(
+                "a text dataset takes tokens, not labelled samples".into(),
+            ));
+        }
         if usize::from(label) >= self.manifest.class_names.len() {
             return Err(DataError::Import(format!(
                 "label {label} is outside the {} classes",
@@ -113,6 +121,29 @@ impl DatasetWriter {
         pending.features.extend_from_slice(features);
         if pending.labels.len() == self.options.chunk_samples {
             self.flush(split)?;
+        }
+        Ok(())
+    }
+
+    /// Appends tokens to a text dataset's `split`, cutting chunks as they fill.
+    pub fn push_tokens(&mut self, split: Split, tokens: &[u8]) -> Result<(), DataError> {
+        let symbols = self.manifest.classes();
+        if !self.manifest.is_text() {
+            return Err(DataError::Import(
+                "an image dataset takes labelled samples, not tokens".into(),
+            ));
+        }
+        if let Some(token) = tokens.iter().find(|&&t| usize::from(t) >= symbols) {
+            return Err(DataError::Import(format!(
+                "token {token} is outside the vocabulary of {symbols} symbols"
+            )));
+        }
+        for &token in tokens {
+            let pending = self.pending.entry(split).or_default();
+            pending.labels.push(token);
+            if pending.labels.len() == self.options.chunk_samples {
+                self.flush(split)?;
+            }
         }
         Ok(())
     }

@@ -360,6 +360,7 @@ mod tests {
                 height: 28,
                 width: 28,
                 classes: 10,
+                kind: crate::model::InputKind::Images,
             },
             effective_batch: 256,
             optimizer: OptimizerKind::Adam,

@@ -1,22 +1,54 @@
 //! The networks Headroom trains, built from a serializable config. The trainer only sees
-//! `Model`: images in, logits out.
+//! `Model`: images or tokens in, logits out.
 
 mod cnn;
 mod conv;
+pub mod generate;
+mod gpt;
 mod mlp;
 
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
 pub use cnn::Cnn;
+pub use gpt::{Gpt, GptShape};
 pub use mlp::Mlp;
 
-/// What the model sees of the data: one channel of `height x width` pixels, `classes` outputs.
+/// What the model sees of the data: one channel of `height x width` pixels, `classes`
+/// outputs; or, for text, tokens of `classes` symbols (height and width 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InputShape {
     pub height: usize,
     pub width: usize,
     pub classes: usize,
+    #[serde(default)]
+    pub kind: InputKind,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InputKind {
+    #[default]
+    Images,
+    Tokens,
+}
+
+/// A micro-batch on the device, as the model's first segment takes it.
+pub enum ModelInput {
+    /// [batch, 1, height, width], scaled to [0, 1].
+    Images(Tensor<4>),
+    /// [batch, context] token ids.
+    Tokens(Tensor<2, Int>),
+}
+
+impl ModelInput {
+    /// The same values outside autodiff.
+    pub fn inner(self) -> Self {
+        match self {
+            ModelInput::Images(images) => ModelInput::Images(images.inner()),
+            ModelInput::Tokens(tokens) => ModelInput::Tokens(tokens.inner()),
+        }
+    }
 }
 
 impl InputShape {
@@ -32,6 +64,8 @@ pub enum ModelConfig {
     Mlp { hidden: Vec<usize> },
     /// conv3x3 (same padding) + ReLU + maxpool2 per entry of `channels`, then a linear head.
     Cnn { channels: Vec<usize> },
+    /// A GPT over windows of text (see [`gpt`]).
+    Gpt(GptShape),
 }
 
 impl ModelConfig {
@@ -51,11 +85,34 @@ impl ModelConfig {
         match self {
             ModelConfig::Mlp { .. } => "mlp",
             ModelConfig::Cnn { .. } => "cnn",
+            ModelConfig::Gpt(_) => "gpt",
+        }
+    }
+
+    /// Tokens per sample the data stream must cut from text: the context and the token
+    /// its last position predicts. `None` for the image models.
+    pub fn text_window(&self) -> Option<usize> {
+        match self {
+            ModelConfig::Gpt(shape) => Some(shape.context + 1),
+            _ => None,
         }
     }
 
     pub fn validate(&self, input: &InputShape) -> Result<(), String> {
+        match (self, input.kind) {
+            (ModelConfig::Gpt(_), InputKind::Images) => {
+                return Err("the GPT reads text: pick a text dataset (headroom prepare --text)".into());
+            }
+            (ModelConfig::Mlp { .. } | ModelConfig::Cnn { .. }, InputKind::Tokens) => {
+                return Err(format!(
+                    "the {} reads images; for a text dataset pick the GPT (--model gpt)",
+                    self.name().to_uppercase()
+                ));
+            }
+            _ => {}
+        }
         match self {
+            ModelConfig::Gpt(shape) => shape.validate(),
             ModelConfig::Mlp { hidden } if hidden.contains(&0) => {
                 Err("MLP hidden widths must be at least 1".into())
             }
@@ -83,6 +140,7 @@ impl ModelConfig {
         match self {
             ModelConfig::Mlp { hidden } => Model::Mlp(Mlp::new(input, hidden, device)),
             ModelConfig::Cnn { channels } => Model::Cnn(Cnn::new(input, channels, device)),
+            ModelConfig::Gpt(shape) => Model::Gpt(Gpt::new(shape, input.classes, device)),
         }
     }
 }
@@ -91,12 +149,25 @@ impl ModelConfig {
 pub enum Model {
     Mlp(Mlp),
     Cnn(Cnn),
+    Gpt(Gpt),
 }
 
 impl Model {
-    /// `images`: [batch, 1, height, width] scaled to [0, 1]; returns [batch, classes] logits.
-    pub fn forward(&self, images: Tensor<4>) -> Tensor<2> {
-        (0..self.segment_count()).fold(images.flatten(1, 3), |x, index| self.segment(index, x))
+    /// [samples, classes] logits: one row an image, or one row a token position.
+    pub fn forward(&self, input: ModelInput) -> Tensor<2> {
+        (0..self.segment_count()).fold(self.stem(input), |x, index| self.segment(index, x))
+    }
+
+    /// What the first segment takes: the images flattened, or the tokens embedded
+    /// ([batch * context, width]).
+    pub fn stem(&self, input: ModelInput) -> Tensor<2> {
+        match (self, input) {
+            (Model::Gpt(model), ModelInput::Tokens(tokens)) => model.embed(tokens).flatten(0, 1),
+            (_, ModelInput::Images(images)) => images.flatten(1, 3),
+            (_, ModelInput::Tokens(_)) => {
+                unreachable!("the config's validation pairs image models with images")
+            }
+        }
     }
 
     /// The forward pass is a chain of segments (a layer of the MLP, a conv block of the
@@ -105,6 +176,7 @@ impl Model {
         match self {
             Model::Mlp(model) => model.segment_count(),
             Model::Cnn(model) => model.segment_count(),
+            Model::Gpt(model) => model.segment_count(),
         }
     }
 
@@ -114,6 +186,7 @@ impl Model {
         match self {
             Model::Mlp(model) => model.segment(index, x),
             Model::Cnn(model) => model.segment(index, x),
+            Model::Gpt(model) => model.segment(index, x),
         }
     }
 }
@@ -173,6 +246,7 @@ impl ModelConfig {
         match self {
             ModelConfig::Mlp { hidden } => mlp::census(input, hidden),
             ModelConfig::Cnn { channels } => cnn::census(input, channels),
+            ModelConfig::Gpt(shape) => gpt::census(shape, input.classes),
         }
     }
 }
@@ -190,10 +264,11 @@ mod tests {
             height: 28,
             width: 28,
             classes: 10,
+            kind: InputKind::Images,
         };
         for config in [ModelConfig::mlp_default(), ModelConfig::cnn_default()] {
             let model = config.init(&input, &device);
-            let logits = model.forward(Tensor::zeros([2, 1, 28, 28], &device));
+            let logits = model.forward(ModelInput::Images(Tensor::zeros([2, 1, 28, 28], &device)));
             assert_eq!(logits.dims(), [2, 10]);
         }
     }

@@ -1,6 +1,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::data::StreamOptions;
+use crate::model::generate::SampleSettings;
 use crate::model::{InputShape, ModelConfig};
 pub use crate::settings::{OptimizerKind, Precision};
 
@@ -81,6 +82,26 @@ pub struct TrainConfig {
     pub pause_training_for_eval: Option<bool>,
     pub seed: u64,
     pub stream: StreamOptions,
+    /// The GPT writes a sample every this many steps (0: only at the end).
+    pub sample_every: u64,
+    pub sample: SampleConfig,
+}
+
+/// What the GPT's samples start from and how they are drawn.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SampleConfig {
+    pub prompt: String,
+    pub generation: SampleSettings,
+}
+
+impl Default for SampleConfig {
+    fn default() -> Self {
+        SampleConfig {
+            prompt: "\n".into(),
+            generation: SampleSettings::default(),
+        }
+    }
 }
 
 impl Default for TrainConfig {
@@ -101,11 +122,22 @@ impl Default for TrainConfig {
             pause_training_for_eval: None,
             seed: 0,
             stream: StreamOptions::default(),
+            sample_every: 0,
+            sample: SampleConfig::default(),
         }
     }
 }
 
 impl TrainConfig {
+    /// The stream options a source for this run opens with: the configured ones, with the
+    /// text window the model reads.
+    pub fn stream_options(&self) -> StreamOptions {
+        StreamOptions {
+            window: self.model.text_window(),
+            ..self.stream.clone()
+        }
+    }
+
     pub fn steps_per_epoch(&self, train_samples: usize) -> u64 {
         train_samples.div_ceil(self.effective_batch.max(1)) as u64
     }

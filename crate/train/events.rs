@@ -31,6 +31,9 @@ pub struct RunStarted {
     pub calibration: Option<Calibration>,
     /// How the data pipeline runs: the planner's pick.
     pub data: DataSettings,
+    /// Text: the positions a sample trains (the context), so tokens/s = samples/s times
+    /// this. `None` for images.
+    pub tokens_per_sample: Option<usize>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -59,8 +62,12 @@ pub struct EvalRecord {
     pub epoch: u64,
     pub split: Split,
     pub samples: usize,
+    /// Mean cross-entropy per prediction (nats; per token for text).
     pub loss: f32,
+    /// Right predictions: images classified, or next tokens guessed.
     pub accuracy: f32,
+    /// e^loss: how many symbols the model is choosing among, on average.
+    pub perplexity: f32,
     /// The peak while evaluating.
     pub memory: MemorySample,
 }
@@ -86,6 +93,13 @@ pub struct RunSummary {
 }
 
 #[derive(Clone, Debug, Serialize)]
+pub struct TextSample {
+    pub step: u64,
+    pub prompt: String,
+    pub text: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum TrainEvent {
     Started(RunStarted),
@@ -93,5 +107,7 @@ pub enum TrainEvent {
     Eval(EvalRecord),
     /// The enforcer changed the micro-batch.
     Enforced(Enforcement),
+    /// Text the GPT generated (every `sample_every` steps and at the end).
+    Sample(TextSample),
     Finished(RunSummary),
 }

@@ -8,15 +8,25 @@ use super::error::TrainError;
 use crate::data::{ChunkFootprint, DataSource, Manifest, Split};
 use crate::memory::planner::predict;
 use crate::memory::{Candidate, DataOption, DataSettings, Plan, PlanRequest, PoolModel};
-use crate::model::InputShape;
+use crate::model::{InputKind, InputShape};
 
-/// What the trainer needs to know about a dataset: images of one channel, u8 labels.
+/// What the trainer needs to know about a dataset: images of one channel with u8 labels,
+/// or text of one-byte tokens.
 pub fn input_shape(manifest: &Manifest) -> Result<InputShape, TrainError> {
+    if manifest.is_text() {
+        return Ok(InputShape {
+            height: 1,
+            width: 1,
+            classes: manifest.classes(),
+            kind: InputKind::Tokens,
+        });
+    }
     match manifest.sample_shape[..] {
         [height, width] => Ok(InputShape {
             height,
             width,
             classes: manifest.class_names.len(),
+            kind: InputKind::Images,
         }),
         ref other => Err(TrainError::Dataset(format!(
             "samples of shape {other:?}; expected [height, width] images"
@@ -80,7 +90,14 @@ pub fn for_run(
     let manifest = source.manifest();
     let input = input_shape(manifest)?;
     config.validate(&input).map_err(TrainError::Config)?;
-    if manifest.count(Split::Train) == 0 {
+    if manifest.is_text() && source.options().window != config.model.text_window() {
+        return Err(TrainError::Config(format!(
+            "the text stream cuts windows of {:?} tokens but the model reads {:?} (open the source with TrainConfig::stream_options)",
+            source.options().window,
+            config.model.text_window()
+        )));
+    }
+    if source.sample_count(Split::Train) == 0 {
         return Err(TrainError::Dataset("the training split is empty".into()));
     }
     let (precision, precision_note) = effective_precision(config.precision, device, backend);

@@ -10,7 +10,7 @@
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 
-use crate::model::Model;
+use crate::model::{Model, ModelInput};
 
 /// The loss, as reported, and the objective backward starts from (the loss times the loss
 /// scale, under f16).
@@ -21,27 +21,28 @@ pub struct Objective {
 
 /// Backward through `model` from `objective(logits)`, one segment at a time.
 ///
-/// `upload` puts the micro-batch's images on the device; it is called twice, so that not
-/// even the input stays on the device between the forward pass and the first segment's
-/// backward (the bytes are on the host anyway). `model`'s parameters must be autodiff
+/// `upload` puts the micro-batch (images or tokens) on the device; it is called twice, so
+/// that not even the input stays on the device between the forward pass and the first
+/// segment's backward (the bytes are on the host anyway). The model's stem (the GPT's
+/// embeddings) is recomputed with the first segment. `model`'s parameters must be autodiff
 /// leaves. Each segment's parameter gradients go to `on_gradients` as soon as they exist
 /// (the last segment's first), so the caller can sum them away; `on_peak` is called where
 /// the activations peak. Returns the loss, detached.
 pub fn backward_by_segments(
     model: &Model,
-    upload: impl Fn() -> Tensor<4>,
+    upload: impl Fn() -> ModelInput,
     objective: impl FnOnce(Tensor<2>) -> Objective,
     mut on_gradients: impl FnMut(GradientsParams),
     mut on_peak: impl FnMut(),
 ) -> Tensor<1> {
     let last = model.segment_count() - 1;
-    let mut inputs = segment_inputs(model, upload().flatten(1, 3).inner());
+    let mut inputs = segment_inputs(model, upload().inner());
     on_peak();
-    // The first segment's input is the batch: uploaded again for its turn, and no gradient
-    // is needed for it.
+    // The first segment's input comes from the batch: uploaded again for its turn and
+    // passed through the stem, whose parameters get their gradients with the segment's.
     let segment_input = |inputs: &mut Vec<Tensor<2>>| match inputs.pop() {
         Some(saved) => saved.autodiff().require_grad(),
-        None => upload().flatten(1, 3),
+        None => model.stem(upload()),
     };
     // Backward from `from`, handing on the parameters' gradients; returns the gradient of
     // the segment's input (none for the batch).
@@ -70,11 +71,11 @@ pub fn backward_by_segments(
 
 /// The inputs of segments 1 and on, computed without autodiff: nothing else of the
 /// forward pass stays alive.
-fn segment_inputs(model: &Model, flat_images: Tensor<2>) -> Vec<Tensor<2>> {
+fn segment_inputs(model: &Model, batch: ModelInput) -> Vec<Tensor<2>> {
     let constant = model.valid();
     let count = model.segment_count();
     let mut inputs = Vec::with_capacity(count);
-    let mut x = flat_images;
+    let mut x = constant.stem(batch);
     for index in 0..count - 1 {
         x = constant.segment(index, x);
         inputs.push(x.clone());

@@ -13,6 +13,8 @@ pub struct Progress {
     started: bool,
     /// Time spent inside `advance`: a paused run is not slower.
     busy: std::time::Duration,
+    /// Time spent writing text samples, which is not training time.
+    sampling: std::time::Duration,
     /// The training epoch being read; `None` between epochs.
     reader: Option<BatchReader>,
     last_loss: f32,
@@ -25,6 +27,7 @@ impl Default for Progress {
         Progress {
             started: false,
             busy: std::time::Duration::ZERO,
+            sampling: std::time::Duration::ZERO,
             reader: None,
             last_loss: f32::NAN,
             last_eval: None,
@@ -48,8 +51,9 @@ impl Progress {
         source: &DataSource,
     ) -> Result<Vec<TrainEvent>, TrainError> {
         let entered = Instant::now();
+        let sampling_before = self.sampling;
         let events = self.next_events(trainer, source).await;
-        self.busy += entered.elapsed();
+        self.busy += entered.elapsed().saturating_sub(self.sampling - sampling_before);
         let mut events = events?;
         if let Some(TrainEvent::Finished(summary)) = events.last_mut() {
             summary.seconds = self.busy.as_secs_f64();
@@ -74,9 +78,7 @@ impl Progress {
             events.extend(trainer.enforcements().iter().cloned().map(TrainEvent::Enforced));
             return Ok(events);
         }
-        let total_steps = trainer
-            .config()
-            .total_steps(source.manifest().count(Split::Train));
+        let total_steps = trainer.config().total_steps(source.sample_count(Split::Train));
         let every = trainer.config().eval_every;
         while trainer.step < total_steps {
             let reader = match &mut self.reader {
@@ -100,12 +102,17 @@ impl Progress {
             if every > 0 && trainer.step % every == 0 {
                 self.evaluate_once(trainer, source, &mut events).await?;
             }
+            let sample_every = trainer.config().sample_every;
+            if sample_every > 0 && trainer.step % sample_every == 0 && trainer.step < total_steps {
+                self.sample(trainer, source, &mut events).await?;
+            }
             return Ok(events);
         }
         if self.reader.is_some() {
             self.end_epoch(trainer, source, &mut events).await?;
         }
         self.evaluate_once(trainer, source, &mut events).await?;
+        self.sample(trainer, source, &mut events).await?;
         // Timing is filled in by `advance`, which sees this call's time too.
         events.push(TrainEvent::Finished(RunSummary {
             steps: trainer.step,
@@ -137,6 +144,19 @@ impl Progress {
         Ok(())
     }
 
+    async fn sample(
+        &mut self,
+        trainer: &Trainer,
+        source: &DataSource,
+        events: &mut Vec<TrainEvent>,
+    ) -> Result<(), TrainError> {
+        let started = Instant::now();
+        let sample = trainer.sample_text(source).await?;
+        self.sampling += started.elapsed();
+        events.extend(sample.map(TrainEvent::Sample));
+        Ok(())
+    }
+
     /// Evaluates on the test split and reports it, unless the split is empty or this step
     /// was already evaluated.
     async fn evaluate_once(
@@ -146,7 +166,7 @@ impl Progress {
         events: &mut Vec<TrainEvent>,
     ) -> Result<(), TrainError> {
         let evaluated = self.last_eval.as_ref().is_some_and(|e| e.step == trainer.step);
-        if evaluated || !trainer.config().evaluate || source.manifest().count(Split::Test) == 0 {
+        if evaluated || !trainer.config().evaluate || source.sample_count(Split::Test) == 0 {
             return Ok(());
         }
         if trainer.data_settings().pause_training_for_eval

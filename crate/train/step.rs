@@ -70,15 +70,7 @@ pub fn accumulate_gradients(
     let mut loss_sum: Option<Tensor<1>> = None;
     for start in (0..total).step_by(steps.micro_batch.max(1)) {
         let end = (start + steps.micro_batch).min(total);
-        let upload = || {
-            tensors::images(
-                &batch.features[start * batch.sample_bytes..end * batch.sample_bytes],
-                input,
-                steps.precision,
-                device,
-            )
-        };
-        let targets = tensors::targets(&batch.labels[start..end], device);
+        let (upload, targets) = tensors::micro_batch(batch, start..end, input, steps.precision, device);
         let share = (end - start) as f32 / total as f32;
         let objective = |logits: Tensor<2>| {
             // The loss and its softmax stay in f32: they need the range.
@@ -104,7 +96,7 @@ pub fn accumulate_gradients(
         let loss = if steps.recompute {
             backward_by_segments(
                 forward_model,
-                upload,
+                &upload,
                 objective,
                 |grads| accumulator.accumulate(model, to_master(grads)),
                 &mut sample,

@@ -7,16 +7,18 @@ use web_time::Instant;
 use super::calibrate::probed_plan;
 use super::config::{Precision, TrainConfig};
 use super::error::TrainError;
-use super::events::{EvalRecord, RunStarted, RunSummary, StepRecord, TrainEvent};
+use super::events::{EvalRecord, RunStarted, RunSummary, StepRecord, TextSample, TrainEvent};
 use super::precision::{self, LossScaler};
 use super::run::Progress;
 use super::schedule::Schedule;
 use super::step::{MicroSteps, accumulate_gradients};
 use super::{optimizer, plan, tensors};
+use crate::data::text::CharTokenizer;
 use crate::data::{Batch, BatchReader, DataSource, Split, Window};
 use crate::memory::{
     Calibration, Candidate, DataSettings, Enforcement, Enforcer, MemorySample, MemoryTracker, Plan, Verdict,
 };
+use crate::model::generate::generate;
 use crate::model::{InputShape, Model};
 use crate::units::format_bytes;
 
@@ -94,7 +96,7 @@ impl Trainer {
         let (run_plan, model) = probed_plan(&config, source, &train_device, backend)?;
         let (input, precision) = (run_plan.input, run_plan.precision);
         let precision_note = run_plan.precision_note.clone();
-        let train_samples = source.manifest().count(Split::Train);
+        let train_samples = source.sample_count(Split::Train);
         let schedule = Schedule {
             base_lr: config.optimizer.learning_rate,
             warmup_steps: config.optimizer.warmup_steps,
@@ -284,21 +286,21 @@ impl Trainer {
             first: 0,
             chunks: Some(plan::eval_chunks(&self.config, source)),
         };
-        let mut reader = BatchReader::new(source.stream(split, 0, window)?, source.manifest().sample_bytes());
+        let mut reader = BatchReader::new(source.stream(split, 0, window)?, source.sample_bytes());
         let mut loss_sum: Option<Tensor<1>> = None;
         let mut correct: Option<Tensor<1, Int>> = None;
-        let mut samples = 0;
+        // Predictions made: one per image, one per token position of text.
+        let (mut samples, mut predictions) = (0, 0);
         self.tracker.take_step_peak();
         let limit = self.config.eval_samples.unwrap_or(usize::MAX);
         while samples < limit {
             let Some(batch) = reader.next_batch(self.micro_batch.min(limit - samples)).await? else {
                 break;
             };
-            let images = tensors::images(&batch.features, &self.input, self.precision, &self.device);
-            let targets = tensors::targets(&batch.labels, &self.device);
-            let logits = model
-                .forward(images.cast(self.precision.dtype()))
-                .cast(Precision::F32.dtype());
+            let (upload, targets) =
+                tensors::micro_batch(&batch, 0..batch.len(), &self.input, self.precision, &self.device);
+            let logits = model.forward(upload()).cast(Precision::F32.dtype());
+            let [rows] = targets.dims();
             let hits = logits
                 .clone()
                 .argmax(1)
@@ -306,10 +308,11 @@ impl Trainer {
                 .equal(targets.clone())
                 .int()
                 .sum();
-            let loss = loss_fn.forward(logits, targets).mul_scalar(batch.len() as f32);
+            let loss = loss_fn.forward(logits, targets).mul_scalar(rows as f32);
             loss_sum = Some(loss_sum.map_or(loss.clone(), |sum| sum + loss));
             correct = Some(correct.map_or(hits.clone(), |sum| sum + hits));
             samples += batch.len();
+            predictions += rows;
             self.tracker.sample();
         }
         let (Some(loss_sum), Some(correct)) = (loss_sum, correct) else {
@@ -324,15 +327,46 @@ impl Trainer {
             epoch: self.epoch,
             split,
             samples,
-            loss: loss_sum / samples as f32,
-            accuracy: correct as f32 / samples as f32,
+            loss: loss_sum / predictions as f32,
+            accuracy: correct as f32 / predictions as f32,
+            perplexity: (loss_sum / predictions as f32).exp(),
             memory,
         })
     }
 
+    /// Text the GPT writes now from `settings.prompt` (`None` for the image models).
+    pub async fn sample_text(&self, source: &DataSource) -> Result<Option<TextSample>, TrainError> {
+        let (Model::Gpt(model), Some(vocabulary)) = (self.model().valid(), &source.manifest().vocabulary)
+        else {
+            return Ok(None);
+        };
+        let tokenizer = CharTokenizer::from_vocabulary(vocabulary).map_err(TrainError::Dataset)?;
+        let settings = &self.config.sample;
+        if settings.generation.tokens == 0 {
+            return Ok(None);
+        }
+        let prompt = tokenizer
+            .encode(&settings.prompt)
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| {
+                TrainError::Config(format!(
+                    "the sampling prompt {:?} is empty or has characters outside the corpus",
+                    settings.prompt
+                ))
+            })?;
+        let tokens = generate(&model, &prompt, &settings.generation, &self.device)
+            .await
+            .map_err(readback)?;
+        Ok(Some(TextSample {
+            step: self.step,
+            prompt: settings.prompt.clone(),
+            text: tokenizer.decode(&tokens),
+        }))
+    }
+
     /// What the run starts with, as reported before step 1.
     pub(super) fn run_started(&self, source: &DataSource) -> RunStarted {
-        let train_samples = source.manifest().count(Split::Train);
+        let train_samples = source.sample_count(Split::Train);
         RunStarted {
             model: self.config.model.name().into(),
             parameters: self.model().num_params(),
@@ -351,6 +385,7 @@ impl Trainer {
             calibrated_peak: self.planned.calibrated_peak,
             calibration: self.calibration.clone(),
             data: self.planned.data,
+            tokens_per_sample: self.config.model.text_window().map(|w| w - 1),
         }
     }
 

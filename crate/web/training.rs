@@ -72,7 +72,7 @@ async fn open(
 ) -> Result<(TrainConfig, Acquired, DataSource), JsValue> {
     let config = self::config(config)?;
     let acquired = device::acquire(preference(backend)?).await.map_err(error_to_js)?;
-    let source = DataSource::open(url, config.stream.clone())
+    let source = DataSource::open(url, config.stream_options())
         .await
         .map_err(error_to_js)?;
     Ok((config, acquired, source))

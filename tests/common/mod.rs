@@ -90,3 +90,55 @@ pub async fn one_batch(samples: usize) -> (Batch, InputShape) {
     let input = headroom::train::plan::input_shape(source.manifest()).unwrap();
     (batch, input)
 }
+
+/// Generated text: words drawn by a fixed linear congruential generator, so that a model
+/// has something to learn and every run reads the same characters.
+pub fn generated_text(characters: usize) -> String {
+    const WORDS: [&str; 12] = [
+        "the", "king", "shall", "speak", "and", "queen", "to", "her", "lord", "now,", "hence!", "\n",
+    ];
+    let mut state: u64 = 7;
+    let mut text = String::new();
+    while text.len() < characters {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        text.push_str(WORDS[(state >> 33) as usize % WORDS.len()]);
+        text.push(' ');
+    }
+    text.truncate(characters);
+    text
+}
+
+/// `text` prepared as a text dataset of `chunk_tokens`-token chunks.
+pub fn text_dataset(text: &str, chunk_tokens: usize) -> TestDataset {
+    let root = tempfile::tempdir().expect("temp dir");
+    let source = root.path().join("corpus.txt");
+    std::fs::write(&source, text).expect("write the corpus");
+    let dir = root.path().join("text");
+    let options = WriterOptions {
+        chunk_samples: chunk_tokens,
+        codec: Codec::Deflate,
+    };
+    let manifest =
+        headroom::data::import::import_text(&[source], "text", &dir, options).expect("prepare the text");
+    TestDataset { root, dir, manifest }
+}
+
+/// One batch of `windows` windows of `context + 1` tokens of generated text, read through
+/// the data pipeline, and the input shape of its dataset.
+pub async fn one_text_batch(windows: usize, context: usize) -> (Batch, InputShape) {
+    let dataset = text_dataset(&generated_text(windows * (context + 1) * 2), 4 * (context + 1));
+    let options = StreamOptions {
+        window: Some(context + 1),
+        ..StreamOptions::default()
+    };
+    let source = DataSource::open(dataset.dir.to_str().unwrap(), options)
+        .await
+        .unwrap();
+    let mut reader = BatchReader::new(source.epoch(Split::Train, 0).unwrap(), source.sample_bytes());
+    let batch = reader.next_batch(windows).await.unwrap().unwrap();
+    assert_eq!(batch.len(), windows, "the generated text holds enough windows");
+    let input = headroom::train::plan::input_shape(source.manifest()).unwrap();
+    (batch, input)
+}

@@ -1,0 +1,99 @@
+//! Text as tokens: a character vocabulary of the corpus, one byte a token.
+
+use std::collections::BTreeSet;
+
+use super::error::DataError;
+
+/// Tokens are one byte: at most this many distinct symbols.
+pub const MAX_SYMBOLS: usize = 256;
+/// Tokens per chunk unless asked otherwise: 64 KiB of text, long enough for many windows
+/// and few fetches.
+pub const DEFAULT_CHUNK_TOKENS: usize = 65536;
+/// The share of the text, from its end, kept for the test split (nanoGPT's 10%).
+pub const TEST_FRACTION: f64 = 0.1;
+
+/// The corpus's symbols in a fixed order, and the text as indices into them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CharTokenizer {
+    symbols: Vec<char>,
+}
+
+impl CharTokenizer {
+    /// The distinct characters of `text`, sorted; an error past [`MAX_SYMBOLS`].
+    pub fn of(text: &str) -> Result<Self, DataError> {
+        let symbols: Vec<char> = text.chars().collect::<BTreeSet<_>>().into_iter().collect();
+        if symbols.len() > MAX_SYMBOLS {
+            return Err(DataError::Import(format!(
+                "the text has {} distinct characters; tokens are one byte, so at most {MAX_SYMBOLS}",
+                symbols.len()
+            )));
+        }
+        Ok(CharTokenizer { symbols })
+    }
+
+    /// The tokenizer a manifest's vocabulary describes.
+    pub fn from_vocabulary(vocabulary: &[String]) -> Result<Self, String> {
+        let symbols = vocabulary
+            .iter()
+            .map(|s| {
+                let mut chars = s.chars();
+                match (chars.next(), chars.next()) {
+                    (Some(c), None) => Ok(c),
+                    _ => Err(format!("vocabulary entry {s:?} is not one character")),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(CharTokenizer { symbols })
+    }
+
+    pub fn vocabulary(&self) -> Vec<String> {
+        self.symbols.iter().map(|c| c.to_string()).collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.symbols.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.symbols.is_empty()
+    }
+
+    /// Tokens of `text`; `None` where a character is not in the vocabulary.
+    pub fn encode(&self, text: &str) -> Option<Vec<u8>> {
+        text.chars()
+            .map(|c| self.symbols.binary_search(&c).ok().map(|i| i as u8))
+            .collect()
+    }
+
+    /// The text of `tokens`; a token outside the vocabulary reads as U+FFFD.
+    pub fn decode(&self, tokens: &[u8]) -> String {
+        tokens
+            .iter()
+            .map(|&t| self.symbols.get(usize::from(t)).copied().unwrap_or('\u{FFFD}'))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip_through_the_vocabulary() {
+        let text = "To be, or not to be: ñ\n";
+        let tokenizer = CharTokenizer::of(text).unwrap();
+        let tokens = tokenizer.encode(text).unwrap();
+        assert_eq!(tokens.len(), text.chars().count());
+        assert_eq!(tokenizer.decode(&tokens), text);
+        let again = CharTokenizer::from_vocabulary(&tokenizer.vocabulary()).unwrap();
+        assert_eq!(again, tokenizer);
+        assert_eq!(tokenizer.encode("z"), None);
+    }
+
+    #[test]
+    fn more_symbols_than_a_byte_holds_is_an_error() {
+        let text: String = (0..300u32).filter_map(|i| char::from_u32(0x4e00 + i)).collect();
+        let error = CharTokenizer::of(&text).unwrap_err().to_string();
+        assert!(error.contains("300 distinct characters"), "{error}");
+    }
+}
