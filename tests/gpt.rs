@@ -150,3 +150,56 @@ async fn sampling_is_seeded_and_stays_in_the_vocabulary() {
         generate(&model, &[1, 2, 3], &other, &device).await.unwrap()
     );
 }
+
+/// The step losses of `headroom train` on ndarray for the GPT with `micro_batch`.
+fn gpt_losses_on_ndarray(data: &str, micro_batch: &str) -> Vec<f64> {
+    let events = common::headroom_events(&[
+        "train",
+        "--data",
+        data,
+        "--backend",
+        "ndarray",
+        "--no-eval",
+        "--sample-chars",
+        "0",
+        "--model",
+        "gpt",
+        "--layers",
+        "2",
+        "--heads",
+        "2",
+        "--width",
+        "32",
+        "--context",
+        "32",
+        "--effective-batch",
+        "16",
+        "--micro-batch",
+        micro_batch,
+        "--steps",
+        "4",
+        "--seed",
+        "3",
+    ]);
+    events
+        .iter()
+        .filter(|e| e["event"] == "step")
+        .map(|e| e["loss"].as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn accumulated_micro_batches_train_the_gpt_as_one_batch_does_on_ndarray() {
+    let dataset = common::text_dataset(&common::generated_text(20_000), 2048);
+    let data = dataset.dir.to_str().unwrap();
+    let whole = gpt_losses_on_ndarray(data, "16");
+    let accumulated = gpt_losses_on_ndarray(data, "4");
+    assert_eq!(whole.len(), 4);
+    assert!(whole[3] < whole[0], "the loss did not fall: {whole:?}");
+    for (step, (a, b)) in whole.iter().zip(&accumulated).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-4 * a.abs(),
+            "step {step}: {a} in one batch, {b} accumulated"
+        );
+    }
+}

@@ -267,3 +267,43 @@ fn plan_marks_the_largest_micro_batch_under_the_cap_and_refuses_an_impossible_ca
         assert!(!output.status.success(), "--cap {bad} was accepted");
     }
 }
+
+/// A small GPT whose activations (attention scores, the 4x MLP) dominate its peak.
+const GPT: [&str; 12] = [
+    "--model",
+    "gpt",
+    "--layers",
+    "2",
+    "--heads",
+    "4",
+    "--width",
+    "64",
+    "--context",
+    "64",
+    "--effective-batch",
+    "32",
+];
+
+fn train_gpt(data: &str, extra: &[&str], cap: Option<u64>) -> Run {
+    let mut flags = GPT.to_vec();
+    flags.extend(["--steps", "3", "--sample-chars", "0"]);
+    flags.extend(extra);
+    train_with(data, &flags, cap)
+}
+
+#[test]
+fn the_gpt_trains_under_half_its_unlevered_peak_with_the_same_batch_and_losses() {
+    let dataset = common::text_dataset(&common::generated_text(60_000), 4096);
+    let data = dataset.dir.to_str().unwrap();
+    let uncapped = train_gpt(data, &["--micro-batch", "32"], None);
+    let unlevered = held(&uncapped.finished()["peak_memory"]);
+    let cap = unlevered / 2;
+    let capped = train_gpt(data, &[], Some(cap));
+    let micro = started(&capped)["micro_batch"].as_u64().unwrap();
+    assert!(
+        micro < 32,
+        "the planner kept micro-batch {micro} under a cap of half the peak"
+    );
+    assert_eq!(started(&capped)["effective_batch"], 32);
+    assert_held_with_the_same_math(&uncapped, &capped, cap);
+}

@@ -4,11 +4,29 @@ import { fromMiB } from "./format.js";
 const $ = (id) => document.getElementById(id);
 
 const LAYER_DEFAULTS = { mlp: ["Hidden widths", "256"], cnn: ["Channels", "8,16"] };
+/// The effective batch each kind of model starts with: images, or windows of text.
+const BATCH_DEFAULTS = { images: "256", text: "16" };
+const datasetKinds = new Map();
+const TEXT_EVAL_WINDOWS = 256;
 
+/// The GPT reads text, the others images: the fields and datasets follow the model.
 export function onModelChange() {
-  const [label, value] = LAYER_DEFAULTS[$("model").value];
-  $("layers-label").textContent = label;
-  $("layers").value = value;
+  const model = $("model").value;
+  const text = model === "gpt";
+  for (const label of document.querySelectorAll(".gpt-only")) label.hidden = !text;
+  for (const label of document.querySelectorAll(".image-only")) label.hidden = text;
+  if (!text) {
+    const [label, value] = LAYER_DEFAULTS[model];
+    $("layers-label").textContent = label;
+    $("layers").value = value;
+  }
+  const kind = text ? "text" : "images";
+  $("effective-batch").value = BATCH_DEFAULTS[kind];
+  $("accuracy-caption").textContent = text ? "Test next-character accuracy" : "Test accuracy";
+  if (datasetKinds.get($("dataset").value) !== kind) {
+    const match = [...datasetKinds].find(([, k]) => k === kind);
+    if (match) $("dataset").value = match[0];
+  }
 }
 
 function positiveInteger(id, name) {
@@ -41,8 +59,22 @@ export function readRun() {
   if (!Number.isInteger(seed) || seed < 0) throw new Error("Seed must be a whole number");
   const prefetch = Number($("prefetch").value);
   if (!Number.isInteger(prefetch) || prefetch < 0) throw new Error("Prefetch must be a whole number of chunks");
+  const models = {
+    mlp: () => ({ kind: "mlp", hidden: layers() }),
+    cnn: () => ({ kind: "cnn", channels: layers() }),
+    gpt: () => ({
+      kind: "gpt",
+      layers: positiveInteger("gpt-layers", "Blocks"),
+      heads: positiveInteger("gpt-heads", "Heads"),
+      width: positiveInteger("gpt-width", "Width"),
+      context: positiveInteger("gpt-context", "Context"),
+    }),
+  };
+  const sampleEvery = Number($("sample-every").value);
+  if (!Number.isInteger(sampleEvery) || sampleEvery < 0) throw new Error("Sample every must be a whole number of steps");
   const config = {
-    model: model === "mlp" ? { kind: "mlp", hidden: layers() } : { kind: "cnn", channels: layers() },
+    model: models[model](),
+    sample_every: sampleEvery,
     optimizer: { learning_rate: learningRate },
     effective_batch: positiveInteger("effective-batch", "Effective batch"),
     micro_batch: micro,
@@ -51,6 +83,9 @@ export function readRun() {
     precision: $("precision").value,
     cap: capMiB === null ? null : fromMiB(capMiB),
     eval_every: 100,
+    // Text: the first windows of the test split, a quick and repeatable perplexity (the
+    // whole split is half a million characters).
+    eval_samples: model === "gpt" ? TEXT_EVAL_WINDOWS : null,
     seed,
     stream: { prefetch, seed },
   };
@@ -71,9 +106,19 @@ export async function listDatasets() {
   if (!response.ok) throw new Error(`data/index.json: HTTP ${response.status} (run headroom prepare, or web/play)`);
   const { datasets } = await response.json();
   if (datasets.length === 0) throw new Error("no datasets prepared (run headroom prepare, or web/play)");
+  for (const { path, kind } of datasets) datasetKinds.set(`data/${path}`, kind ?? "images");
   $("dataset").replaceChildren(
-    ...datasets.map(({ path, name, train, test }) => new Option(`${name} (${train} + ${test})`, `data/${path}`)),
+    ...datasets.map(({ path, name, train, test, kind }) => {
+      const unit = kind === "text" ? " characters" : "";
+      return new Option(`${name} (${train} + ${test}${unit})`, `data/${path}`);
+    }),
   );
   const fashion = datasets.find(({ path }) => path === "fashion-mnist");
   if (fashion) $("dataset").value = `data/${fashion.path}`;
+}
+
+/// Tokens per window when the chosen dataset is text (the GPT's context + 1), else null.
+export function textWindow() {
+  if (datasetKinds.get($("dataset").value) !== "text") return null;
+  return Number($("gpt-context").value) + 1;
 }

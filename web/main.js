@@ -101,6 +101,17 @@ function showPlan(preview) {
   const note = preview.precision_note ? ` Note: ${preview.precision_note}.` : "";
   plan.textContent = `Plan: ${setting}; ${peak}${against}.${note}`;
   plan.dataset.predictedPeak = chosen.predicted_peak;
+  showLevers(preview.levers);
+}
+
+/// What each lever would hold for this run, by the census, against none.
+function showLevers(levers) {
+  const none = levers.find((l) => l.lever === "none")?.device_bytes;
+  fillTable($("levers"), levers.map((l) => [
+    `${l.lever} (micro-batch ${l.micro_batch}, ${l.precision}${l.checkpointing ? ", checkpointing" : ""})`,
+    `${formatBytes(l.device_bytes)}${none ? ` · ${(l.device_bytes / none).toFixed(2)}×` : ""}`,
+  ]));
+  $("levers").hidden = levers.length === 0;
 }
 
 /// The run's figure after the probe steps, beside the census's preview.
@@ -132,6 +143,8 @@ function onEvents(events, at) {
     switch (event.event) {
       case "started":
         page.total = event.total_steps;
+        page.tokensPerSample = event.tokens_per_sample;
+        $("sample-panel").hidden = event.tokens_per_sample == null;
         charts.startRun(at, event.cap, event.calibrated_peak ?? event.predicted_peak);
         showCalibration(event);
         if (event.precision_note) showStatus(`Training (${event.precision_note}).`);
@@ -140,10 +153,15 @@ function onEvents(events, at) {
         page.trained = true;
         charts.addStep(event.step, event.loss);
         charts.addMemory(at, event.memory);
-        $("progress").textContent = `Step ${event.step} of ${page.total} · loss ${event.loss.toFixed(4)} · ${Math.round(event.samples_per_sec)} samples/s · micro-batch ${event.micro_batch}${event.loss_scale ? ` · loss scale ${event.loss_scale}` : ""}`;
+        $("progress").textContent = `Step ${event.step} of ${page.total} · loss ${event.loss.toFixed(4)} · ${speed(event.samples_per_sec)} · micro-batch ${event.micro_batch}${event.loss_scale ? ` · loss scale ${event.loss_scale}` : ""}${page.perplexity ?? ""}`;
         break;
       case "eval":
         charts.addEval(event.step, event.loss, event.accuracy);
+        page.perplexity = page.tokensPerSample == null ? null : ` · test perplexity ${event.perplexity.toFixed(2)}`;
+        break;
+      case "sample":
+        $("sample-step").textContent = `(step ${event.step})`;
+        $("sample-text").textContent = event.prompt + event.text;
         break;
       case "enforced":
         charts.addMarker(at, `micro-batch ${event.from_micro_batch}→${event.to_micro_batch}`);
@@ -156,11 +174,18 @@ function onEvents(events, at) {
   $("export-metrics").disabled = false;
 }
 
+/// Samples/s, or tokens/s for text.
+function speed(samplesPerSec) {
+  if (page.tokensPerSample == null) return `${Math.round(samplesPerSec)} samples/s`;
+  return `${Math.round(samplesPerSec * page.tokensPerSample)} tokens/s`;
+}
+
 function describeEnd(stopped) {
   const s = page.summary;
   if (stopped || !s) return "Stopped.";
-  const accuracy = s.eval ? `, test accuracy ${(s.eval.accuracy * 100).toFixed(2)}%` : "";
-  return `Finished: ${s.steps} steps, final loss ${s.final_loss.toFixed(4)}${accuracy}, ${Math.round(s.samples_per_sec)} samples/s, peak ${formatBytes(countedBytes(s.peak_memory))} counted against the cap.`;
+  const perplexity = s.eval && page.tokensPerSample != null ? `, test perplexity ${s.eval.perplexity.toFixed(2)}` : "";
+  const accuracy = s.eval ? `, test accuracy ${(s.eval.accuracy * 100).toFixed(2)}%${perplexity}` : "";
+  return `Finished: ${s.steps} steps, final loss ${s.final_loss.toFixed(4)}${accuracy}, ${speed(s.samples_per_sec)}, peak ${formatBytes(countedBytes(s.peak_memory))} counted against the cap.`;
 }
 
 function download(name, parts, type) {
@@ -261,6 +286,7 @@ $("start").addEventListener("click", () => {
   log.push({ event: "config", at: Date.now(), ...run });
   page.summary = null;
   page.trained = false;
+  page.perplexity = null;
   $("progress").textContent = "";
   showStatus("Starting…");
   setState("starting");

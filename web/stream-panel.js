@@ -1,5 +1,6 @@
 // The data pipeline on its own: stream one epoch through the worker and show its figures.
 import { fillTable, formatBytes } from "./format.js";
+import { textWindow } from "./controls.js";
 import { Request } from "./protocol.js";
 
 const $ = (id) => document.getElementById(id);
@@ -8,7 +9,7 @@ export function showStreamed(manifest, figures) {
   $("stream-status").textContent = "Done: every chunk arrived and passed its checksum.";
   $("stream-status").classList.remove("error");
   fillTable($("figures"), [
-    ["Dataset", `${manifest.name} (${manifest.class_names.length} classes)`],
+    ["Dataset", manifest.vocabulary ? `${manifest.name} (text, ${manifest.vocabulary.length} symbols)` : `${manifest.name} (${manifest.class_names.length} classes)`],
     ["Samples", `${figures.samples} in ${figures.batches} batches`],
     ["Time", `${figures.seconds.toFixed(2)} s`],
     ["Samples/s", Math.round(figures.samples_per_sec).toLocaleString("en")],
@@ -41,7 +42,7 @@ export function wireStreamPanel(post) {
       url: new URL($("dataset").value, document.baseURI).href,
       split: $("split").value,
       batch: Number($("batch").value),
-      options: { prefetch: Number($("prefetch").value), seed: Number($("seed").value) },
+      options: { prefetch: Number($("prefetch").value), seed: Number($("seed").value), window: textWindow() },
     });
   });
 }

@@ -25,6 +25,15 @@ pub struct TrainBenchArgs {
     /// CNN channels per conv block.
     #[arg(long, default_value = "16,32")]
     channels: String,
+    /// GPT blocks, heads, width and context (see `headroom train --help`).
+    #[arg(long, default_value = "4")]
+    layers: String,
+    #[arg(long, default_value = "4")]
+    heads: String,
+    #[arg(long, default_value = "256")]
+    width: String,
+    #[arg(long, default_value = "256")]
+    context: String,
     /// Rounds over every lever, in turn: samples/s is the median over rounds, with its
     /// range (these machines are noisy).
     #[arg(long, default_value_t = 3)]
@@ -37,7 +46,7 @@ pub struct TrainBenchArgs {
     #[arg(long, default_value = "wgpu")]
     backend: String,
     /// Effective batch (default: 2048 for the MLP, so that activations rather than the
-    /// allocator's smallest pages set the peak; 64 for the CNN).
+    /// allocator's smallest pages set the peak; 64 for the CNN; 8 windows for the GPT).
     #[arg(long)]
     effective_batch: Option<usize>,
 }
@@ -52,7 +61,8 @@ pub struct PlanBenchArgs {
     steps: u64,
     /// Which settings: `fitted` (those the census's factors were fitted on), `held-out`
     /// (drawn afterwards, never used to fit), `fresh` (drawn after the calibration was
-    /// built, never run while building it), or `all`.
+    /// built, never run while building it), or `all` of these, on images; `gpt-fitted`
+    /// and `gpt-held-out` for the GPT, on a text dataset.
     #[arg(long, value_enum, default_value = "all")]
     set: PlanSet,
 }
@@ -63,7 +73,27 @@ pub enum PlanSet {
     HeldOut,
     Fresh,
     All,
+    GptFitted,
+    GptHeldOut,
 }
+
+/// GPT settings the census's attention and block figures were checked on.
+const GPT_FITTED: &[&str] = &[
+    "--model gpt --layers 2 --heads 4 --width 128 --context 128 --effective-batch 16 --micro-batch 16",
+    "--model gpt --layers 4 --heads 4 --width 256 --context 256 --effective-batch 8 --micro-batch 8",
+    "--model gpt --layers 4 --heads 4 --width 256 --context 256 --effective-batch 8 --micro-batch 8 --checkpointing",
+    "--model gpt --layers 4 --heads 4 --width 256 --context 256 --effective-batch 8 --micro-batch 8 --precision f16",
+];
+
+/// GPT settings drawn after that check, never used to adjust the census.
+const GPT_HELD_OUT: &[&str] = &[
+    "--model gpt --layers 3 --heads 2 --width 192 --context 192 --effective-batch 12 --micro-batch 12",
+    "--model gpt --layers 6 --heads 8 --width 128 --context 128 --effective-batch 32 --micro-batch 8",
+    "--model gpt --layers 2 --heads 4 --width 320 --context 320 --effective-batch 4 --micro-batch 4 --checkpointing",
+    "--model gpt --layers 4 --heads 4 --width 160 --context 224 --effective-batch 12 --micro-batch 6 --precision f16",
+    "--model gpt --layers 5 --heads 6 --width 192 --context 96 --effective-batch 24 --micro-batch 24 --optimizer sgd",
+    "--model gpt --layers 4 --heads 2 --width 96 --context 384 --effective-batch 6 --micro-batch 6 --precision f16 --checkpointing",
+];
 
 /// The settings the planner's workspace factors were fitted on.
 const FITTED: &[&str] = &[
@@ -174,7 +204,15 @@ fn train_once(
     warmup: u64,
     metrics: &Path,
 ) -> anyhow::Result<Measured> {
-    let mut args = self::flags(&["--data", data, "--no-eval", "--steps", &steps.to_string()]);
+    let mut args = self::flags(&[
+        "--data",
+        data,
+        "--no-eval",
+        "--sample-chars",
+        "0",
+        "--steps",
+        &steps.to_string(),
+    ]);
     args.extend_from_slice(flags);
     let events = train_events(&args, metrics)?;
     let find = |kind: &str| {
@@ -238,9 +276,11 @@ pub(super) fn flags(list: &[&str]) -> Vec<String> {
 /// levers take turns within each round, so a slow spell of the machine hits all of them.
 pub fn bench_train(args: TrainBenchArgs) -> anyhow::Result<()> {
     let work = tempfile::tempdir()?;
-    let batch = args
-        .effective_batch
-        .unwrap_or(if args.model == "cnn" { 64 } else { 2048 });
+    let batch = args.effective_batch.unwrap_or(match args.model.as_str() {
+        "cnn" => 64,
+        "gpt" => 8,
+        _ => 2048,
+    });
     let quarter = (batch / 4).max(1).to_string();
     let base = flags(&[
         "--model",
@@ -249,6 +289,14 @@ pub fn bench_train(args: TrainBenchArgs) -> anyhow::Result<()> {
         &args.hidden,
         "--channels",
         &args.channels,
+        "--layers",
+        &args.layers,
+        "--heads",
+        &args.heads,
+        "--width",
+        &args.width,
+        "--context",
+        &args.context,
         "--backend",
         &args.backend,
         "--effective-batch",
@@ -264,10 +312,14 @@ pub fn bench_train(args: TrainBenchArgs) -> anyhow::Result<()> {
             flags(&["--micro-batch", &quarter, "--precision", "f16", "--checkpointing"]),
         ),
     ];
-    let size = if args.model == "cnn" {
-        &args.channels
-    } else {
-        &args.hidden
+    let gpt_size = format!(
+        "{} layers x {} wide, {} heads, context {}",
+        args.layers, args.width, args.heads, args.context
+    );
+    let size = match args.model.as_str() {
+        "cnn" => &args.channels,
+        "gpt" => &gpt_size,
+        _ => &args.hidden,
     };
     println!(
         "{} ({size}) on {}, effective batch {batch}, {} steps per setting, {} rounds (samples/s: median after {} warm-up steps, then median and range over rounds), each in a fresh process:",
@@ -344,6 +396,8 @@ pub fn bench_plan(args: PlanBenchArgs) -> anyhow::Result<()> {
         PlanSet::HeldOut => &[HELD_OUT],
         PlanSet::Fresh => &[FRESH],
         PlanSet::All => &[FITTED, HELD_OUT, FRESH],
+        PlanSet::GptFitted => &[GPT_FITTED],
+        PlanSet::GptHeldOut => &[GPT_HELD_OUT],
     };
     let configs: Vec<Vec<String>> = lists
         .iter()

@@ -44,6 +44,7 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     }
     let stream = StreamOptions {
         prefetch: args.prefetch,
+        window: args.model.model_config().text_window(),
         ..StreamOptions::default()
     };
     let source = DataSource::open(&args.data, stream.clone()).await?;

@@ -322,7 +322,11 @@ pub fn predict(
         data: 0,
     };
     // Pages never hold less than the tensors on them.
-    breakdown.allocator_overhead = request.pool.reserved(&live).saturating_sub(breakdown.tensors());
+    let slack = match request.pool {
+        PoolModel::Sliced { .. } => (census.pool_slack * activations as f64) as u64,
+        _ => 0,
+    };
+    breakdown.allocator_overhead = request.pool.reserved(&live).saturating_sub(breakdown.tensors()) + slack;
     breakdown
 }
 

@@ -162,6 +162,10 @@ impl Gpt {
     }
 }
 
+/// See [`TensorCensus::pool_slack`]: fitted on `headroom bench plan --set gpt-fitted`,
+/// where the pool held 37–42% of the activations beyond them.
+const POOL_SLACK: f64 = 0.4;
+
 /// Elements per window of `context` tokens (see [`TensorCensus`]).
 pub(super) fn census(shape: &GptShape, vocabulary: usize) -> TensorCensus {
     let GptShape {
@@ -170,7 +174,10 @@ pub(super) fn census(shape: &GptShape, vocabulary: usize) -> TensorCensus {
         width: d,
         context: t,
     } = *shape;
-    let mut census = TensorCensus::default();
+    let mut census = TensorCensus {
+        pool_slack: POOL_SLACK,
+        ..TensorCensus::default()
+    };
     census.parameters.extend([vocabulary * d, t * d]);
     let block_parameters = [
         d,

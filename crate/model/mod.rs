@@ -219,6 +219,12 @@ pub struct TensorCensus {
     pub parameters: Vec<usize>,
     /// The forward pass, segment by segment (see [`Model::segment`]).
     pub segments: Vec<Segment>,
+    /// What a sliced device pool holds beyond the activations, as a share of them: pages
+    /// sized to the largest tensor keep tails that tensors of that same size cannot fill,
+    /// and the GPT's are mostly of two sizes (the attention scores, the MLP's hidden
+    /// layer). Fitted for the GPT on lavapipe (`headroom bench plan --set gpt-fitted`);
+    /// 0 for the MLP and CNN, whose workspace factors were fitted with their pages.
+    pub pool_slack: f64,
 }
 
 /// One segment's activations, in elements per sample.

@@ -168,3 +168,48 @@ pub fn refusal(run_plan: &RunPlan, config: &TrainConfig) -> TrainError {
         advice,
     }
 }
+
+/// One lever's predicted device peak for the run's effective batch, beside the others.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LeverPeak {
+    pub lever: &'static str,
+    pub micro_batch: usize,
+    pub precision: Precision,
+    pub checkpointing: bool,
+    /// The census's device reservation.
+    pub device_bytes: u64,
+}
+
+/// What each memory lever would hold for this run, by the census: none (the whole batch
+/// in one f32 pass, everything kept), accumulation over four micro-batches, f16 storage
+/// (where the device has it), checkpointing, and all of them: what the page shows so a
+/// user sees what each lever saves before choosing.
+pub fn lever_peaks(run_plan: &RunPlan) -> Vec<LeverPeak> {
+    let request = &run_plan.request;
+    let whole = request.effective_batch;
+    let quarter = if whole % 4 == 0 { whole / 4 } else { whole };
+    let half = if run_plan.levers.f16_available {
+        Precision::F16
+    } else {
+        Precision::F32
+    };
+    let settings = [
+        ("none", whole, Precision::F32, false),
+        ("accumulation 4x", quarter, Precision::F32, false),
+        ("f16", whole, half, false),
+        ("checkpointing", whole, Precision::F32, true),
+        ("all of them", quarter, half, true),
+    ];
+    settings
+        .into_iter()
+        .filter(|&(lever, _, precision, _)| lever != "f16" || precision == Precision::F16)
+        .map(|(lever, micro_batch, precision, checkpointing)| LeverPeak {
+            lever,
+            micro_batch,
+            precision,
+            checkpointing,
+            device_bytes: crate::memory::planner::predict(request, micro_batch, precision, checkpointing)
+                .device(),
+        })
+        .collect()
+}

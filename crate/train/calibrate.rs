@@ -156,9 +156,12 @@ fn probe(
     device.memory_cleanup();
     let input = &setting.plan.input;
     let samples = micro_batch * if accumulating { 2 } else { 1 };
-    let sample_bytes = input.height * input.width;
+    // Zeros: the bytes a probe step holds do not depend on the values. Text is windows of
+    // tokens without labels.
+    let window = setting.config.model.text_window();
+    let sample_bytes = window.unwrap_or(input.height * input.width);
     let batch = Batch {
-        labels: vec![0; samples],
+        labels: vec![0; if window.is_some() { 0 } else { samples }],
         features: vec![0; samples * sample_bytes],
         sample_bytes,
     };

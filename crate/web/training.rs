@@ -12,7 +12,7 @@ use super::device::{self, Acquired, AdapterReport, Preference};
 use super::{error_to_js, export, to_js};
 use crate::data::DataSource;
 use crate::memory::{Candidate, MemoryTracker, Plan};
-use crate::train::{Precision, Progress, TrainConfig, Trainer, plan};
+use crate::train::{Precision, Progress, TrainConfig, Trainer, advice, plan};
 
 fn preference(value: &str) -> Result<Preference, JsValue> {
     serde_wasm_bindgen::from_value(JsValue::from_str(value))
@@ -51,6 +51,8 @@ struct Preview<'a> {
     refusal: Option<String>,
     precision: Precision,
     precision_note: &'a Option<String>,
+    /// What each memory lever would hold for this run (census).
+    levers: Vec<advice::LeverPeak>,
 }
 
 /// The device for `backend` ("auto", "webgpu" or "cpu") and its adapter, without training.
@@ -93,6 +95,7 @@ pub fn plan_run(url: String, config: JsValue, backend: String) -> js_sys::Promis
             refusal: picked.as_ref().err().map(ToString::to_string),
             precision: run_plan.precision,
             precision_note: &run_plan.precision_note,
+            levers: advice::lever_peaks(&run_plan),
         })
     })
 }

@@ -215,3 +215,38 @@ test("a dataset that is not there is reported in plain words on the page", async
   assert.equal(await page.isEnabled("#start"), true, "the page stays usable after an error");
   await page.close();
 });
+
+test("the GPT trains on Shakespeare in the page under a cap below its unlevered peak: the planner accumulates, every sample stays under the cap, and generated text is shown", async () => {
+  const { page, problems } = await openPage();
+  await setRun(page, { model: "gpt", backend: "webgpu", cap: "", steps: 4 });
+  assert.equal(await page.inputValue("#dataset"), "data/shakespeare", "the GPT picks the text dataset");
+  for (const [id, value] of [["gpt-layers", 2], ["gpt-heads", 4], ["gpt-width", 32], ["gpt-context", 64], ["effective-batch", 32], ["sample-every", 2], ["micro-batch", "32"]]) {
+    await page.fill(`#${id}`, String(value));
+  }
+  // The unlevered f32 peak as the planner sees it: the whole batch in one pass.
+  await page.waitForFunction(() => /^Plan: micro-batch 32 .*\(no cap\)/.test(document.getElementById("plan").textContent), null, { timeout: 60000 });
+  const unlevered = Number(await page.getAttribute("#plan", "data-predicted-peak"));
+  const capMiB = Math.floor((0.6 * unlevered) / MIB);
+  await page.fill("#micro-batch", "auto");
+  await page.fill("#cap", String(capMiB));
+  await page.waitForFunction((cap) => new RegExp(`of the ${cap}\\.0 MiB cap`).test(document.getElementById("plan").textContent), capMiB, { timeout: 60000 });
+  await page.click("#start");
+  await page.waitForFunction(() => playground.state === "ended", null, { timeout: 600000 });
+  assert.match(await page.textContent("#status"), /^Finished: 4 steps, .*test perplexity \d+\.\d+.*tokens\/s/);
+  const started = await page.evaluate(() => playground.log.find((e) => e.event === "started"));
+  assert.ok(started.micro_batch < 32, `micro-batch ${started.micro_batch} under a cap of 60% of the unlevered peak`);
+  assert.equal(started.effective_batch, 32);
+  const samples = await page.evaluate(() => playground.charts.samples);
+  assert.ok(samples.length >= 4, `samples: ${samples.length}`);
+  for (const sample of samples) {
+    assert.ok(sample.gpu_bytes_reserved + sample.data_bytes_held <= capMiB * MIB, JSON.stringify(sample));
+  }
+  const texts = await page.evaluate(() => playground.log.filter((e) => e.event === "sample").map((e) => e.text));
+  assert.ok(texts.length >= 2, `samples of text: ${texts.length}`);
+  const shown = await page.textContent("#sample-text");
+  assert.ok(shown.length > 100 && shown.endsWith(texts.at(-1)), `shown: ${JSON.stringify(shown)}`);
+  assert.match(await page.textContent("#progress"), /tokens\/s/);
+  await page.screenshot({ path: join(artifacts, "playground-gpt.png"), fullPage: true });
+  assert.deepEqual(problems, []);
+  await page.close();
+});
