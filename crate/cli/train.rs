@@ -37,6 +37,9 @@ pub struct TrainArgs {
     momentum: f64,
     #[arg(long, default_value_t = 0.0)]
     weight_decay: f64,
+    /// Adam(W)'s second-moment decay.
+    #[arg(long, default_value_t = 0.999)]
+    beta2: f32,
     #[arg(long, default_value_t = 0)]
     warmup_steps: u64,
     /// The learning rate at the end of the run, as a fraction of --lr (cosine decay after
@@ -116,6 +119,7 @@ impl TrainArgs {
                 learning_rate: self.lr,
                 momentum: self.momentum,
                 weight_decay: self.weight_decay,
+                beta_2: self.beta2,
                 warmup_steps: self.warmup_steps,
                 final_lr_fraction: self.final_lr_fraction,
                 clip_norm: self.clip_norm,

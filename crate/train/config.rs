@@ -15,6 +15,8 @@ pub struct OptimizerConfig {
     pub weight_decay: f64,
     /// Adam(W)'s epsilon.
     pub epsilon: f32,
+    /// Adam(W)'s second-moment decay (nanoGPT's small models use 0.99).
+    pub beta_2: f32,
     pub warmup_steps: u64,
     /// The learning rate at the end of the run, as a fraction of `learning_rate`.
     pub final_lr_fraction: f64,
@@ -30,6 +32,7 @@ impl Default for OptimizerConfig {
             momentum: 0.9,
             weight_decay: 0.0,
             epsilon: 1e-8,
+            beta_2: 0.999,
             warmup_steps: 0,
             final_lr_fraction: 0.05,
             clip_norm: None,
@@ -197,6 +200,9 @@ impl TrainConfig {
                 "final_lr_fraction {} must be in [0, 1]",
                 o.final_lr_fraction
             ));
+        }
+        if !(0.0..1.0).contains(&o.beta_2) {
+            return Err(format!("beta2 {} must be in [0, 1)", o.beta_2));
         }
         if o.clip_norm.is_some_and(|c| !(c > 0.0)) {
             return Err("gradient clipping norm must be positive".into());

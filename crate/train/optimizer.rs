@@ -11,11 +11,13 @@ pub fn build(config: &OptimizerConfig) -> ModuleOptimizer {
     match config.kind {
         OptimizerKind::Adam => AdamConfig::new()
             .with_epsilon(config.epsilon)
+            .with_beta_2(config.beta_2)
             .with_weight_decay(decay)
             .with_grad_clipping(clipping)
             .init(),
         OptimizerKind::AdamW => AdamWConfig::new()
             .with_epsilon(config.epsilon)
+            .with_beta_2(config.beta_2)
             .with_weight_decay(config.weight_decay as f32)
             .with_grad_clipping(clipping)
             .init(),
