@@ -2,7 +2,7 @@
 //! the pipeline promises never to pass, and the one the planner predicts with.
 
 use super::chunk::order_bytes;
-use super::manifest::{Manifest, Split};
+use super::manifest::{ChunkEntry, Manifest, Split};
 
 /// The sizes of one split's chunks that decide what a stream of them holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,16 +16,22 @@ pub struct ChunkFootprint {
 
 impl ChunkFootprint {
     pub fn of(manifest: &Manifest, split: Split) -> Self {
-        let chunks = manifest.chunks_of(split);
-        ChunkFootprint {
-            decoded: chunks
-                .iter()
-                .map(|c| c.raw_bytes + order_bytes(c.samples))
-                .max()
-                .unwrap_or(0),
-            body: chunks.iter().map(|c| c.compressed_bytes).max().unwrap_or(0),
-            count: chunks.len(),
+        Self::of_chunks(manifest.chunks_of(split).into_iter().map(|c| (c, c.samples)))
+    }
+
+    /// Chunks with the samples an epoch reads of each (the windows cut from text).
+    pub fn of_chunks<'a>(chunks: impl Iterator<Item = (&'a ChunkEntry, usize)>) -> Self {
+        let mut footprint = ChunkFootprint {
+            decoded: 0,
+            body: 0,
+            count: 0,
+        };
+        for (chunk, samples) in chunks {
+            footprint.decoded = footprint.decoded.max(chunk.raw_bytes + order_bytes(samples));
+            footprint.body = footprint.body.max(chunk.compressed_bytes);
+            footprint.count += 1;
         }
+        footprint
     }
 
     /// The same split cut into chunks of `chunk_samples` instead, compressing as well as

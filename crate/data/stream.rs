@@ -179,6 +179,12 @@ impl DataSource {
         }
     }
 
+    /// The sizes of `split`'s chunks that decide what a stream of them holds.
+    pub fn footprint(&self, split: Split) -> ChunkFootprint {
+        let chunks = self.shared.manifest.chunks_of(split);
+        ChunkFootprint::of_chunks(chunks.into_iter().map(|c| (c, self.samples_in(c))))
+    }
+
     /// Samples an epoch of `split` reads.
     pub fn sample_count(&self, split: Split) -> usize {
         self.shared
@@ -192,7 +198,8 @@ impl DataSource {
     /// The promise: the training stream, reading ahead the source's prefetch, never holds
     /// more (see [`ChunkFootprint::stream_bytes`]).
     pub fn bound_bytes(&self) -> usize {
-        ChunkFootprint::of(&self.shared.manifest, Split::Train).stream_bytes(self.shared.options.prefetch)
+        self.footprint(Split::Train)
+            .stream_bytes(self.shared.options.prefetch)
     }
 
     pub fn memory(&self) -> PipelineMemory {

@@ -111,7 +111,9 @@ pub fn for_run(
     };
     let levers = Levers {
         f16_available: device.supports_dtype(Precision::F16.dtype()),
+        // A text chunk holds at least one window.
         smaller_chunks: advice::smaller_chunk_sizes(manifest.chunk_samples)
+            .filter(|&size| size >= source.options().window.unwrap_or(0))
             .map(rechunked)
             .collect(),
     };
@@ -154,17 +156,13 @@ pub fn eval_chunks(config: &TrainConfig, source: &DataSource) -> usize {
 /// The chunks a run streams: the training split's, and those its evaluations read (none
 /// when it does not evaluate).
 pub fn footprints(config: &TrainConfig, source: &DataSource) -> (ChunkFootprint, ChunkFootprint) {
-    let manifest = source.manifest();
-    let train = ChunkFootprint::of(manifest, Split::Train);
+    let train = source.footprint(Split::Train);
     let evaluated = if config.evaluate {
         eval_chunks(config, source)
     } else {
         0
     };
-    (
-        train,
-        ChunkFootprint::of(manifest, Split::Test).first_chunks(evaluated),
-    )
+    (train, source.footprint(Split::Test).first_chunks(evaluated))
 }
 
 /// Every way the data pipeline may run for `config` over chunks of these footprints, with
