@@ -24,6 +24,9 @@ pub struct StreamArgs {
     /// Visit chunks and samples in file order.
     #[arg(long)]
     no_shuffle: bool,
+    /// Text datasets: tokens per window (a model's context + 1).
+    #[arg(long)]
+    window: Option<usize>,
     /// Print one JSON object per epoch instead of text.
     #[arg(long)]
     json: bool,
@@ -34,6 +37,7 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<()> {
         prefetch: args.prefetch,
         seed: args.seed,
         shuffle: !args.no_shuffle,
+        window: args.window,
         ..Default::default()
     };
     let source = DataSource::open(&args.data, options).await?;

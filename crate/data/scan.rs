@@ -36,7 +36,7 @@ pub async fn scan_epoch(
         return Err(DataError::InvalidOption("batch size must be at least 1".into()));
     }
     let started = Instant::now();
-    let sample_bytes = source.manifest().sample_bytes();
+    let sample_bytes = source.sample_bytes();
     let mut reader = BatchReader::new(source.epoch(split, epoch)?, sample_bytes);
     let mut digest = Sha256::new();
     let (mut samples, mut batches) = (0, 0);
@@ -52,7 +52,7 @@ pub async fn scan_epoch(
         epoch,
         samples,
         batches,
-        raw_bytes: samples * (sample_bytes + 1),
+        raw_bytes: samples * (sample_bytes + usize::from(!source.manifest().is_text())),
         seconds,
         samples_per_sec: samples as f64 / seconds.max(1e-9),
         order_digest: hex::encode(digest.finalize()),

@@ -22,6 +22,7 @@ macro_rules! all_streaming_tests {
             an_epoch_arrives_verified_within_its_bound_and_in_the_same_order_as_natively,
             a_corrupt_chunk_is_reported_by_name_and_never_delivered,
             a_missing_dataset_is_a_clear_error,
+            text_windows_arrive_in_the_same_order_as_natively,
         );
     };
 }
@@ -67,6 +68,30 @@ pub async fn an_epoch_arrives_verified_within_its_bound_and_in_the_same_order_as
     assert_eq!(
         figures.order_digest, native,
         "wasm32 and native must shuffle alike"
+    );
+}
+
+/// Windows of 33 tokens at seeded offsets: the digest of the windows, in order, matches
+/// the one `headroom stream --window 33` computed natively.
+pub async fn text_windows_arrive_in_the_same_order_as_natively() {
+    let options = StreamOptions {
+        window: Some(33),
+        ..options()
+    };
+    let source = DataSource::open(&format!("{}/text", server_url()), options)
+        .await
+        .unwrap();
+    let figures = scan_epoch(&source, Split::Train, 0, 64).await.unwrap();
+    assert_eq!(figures.samples, source.sample_count(Split::Train));
+    assert!(
+        figures.memory.peak_bytes_held <= figures.memory.bound_bytes,
+        "{:?}",
+        figures.memory
+    );
+    let native = option_env!("HEADROOM_TEST_TEXT_DIGEST").expect("tests/run-all computes it natively");
+    assert_eq!(
+        figures.order_digest, native,
+        "wasm32 and native must draw the same windows"
     );
 }
 
