@@ -333,10 +333,19 @@ pub fn bench_train(args: TrainBenchArgs) -> anyhow::Result<()> {
             rounds[i].push(train_once(&args.data, &all, args.steps, args.warmup, &metrics)?);
         }
     }
+    // The GPT's speed in tokens: a sample is a window of `context` positions.
+    let tokens_per_sample: f64 = match args.model.as_str() {
+        "gpt" => args.context.parse().unwrap_or(1.0),
+        _ => 1.0,
+    };
     println!(
         "{:<16} {:>10} {:>15} {:>7} {:>12} {:>7} {:>12} {:>7} {:>10} {:>7}",
         "lever",
-        "samples/s",
+        if tokens_per_sample > 1.0 {
+            "tokens/s"
+        } else {
+            "samples/s"
+        },
         "range",
         "time",
         "reserved",
@@ -364,8 +373,12 @@ pub fn bench_train(args: TrainBenchArgs) -> anyhow::Result<()> {
         println!(
             "{:<16} {:>10.0} {:>15} {:>7.2} {:>12} {:>7.2} {:>12} {:>7.2} {:>10.4} {:>7}",
             name,
-            m.samples_per_sec,
-            format!("{:.0}-{:.0}", m.slowest, m.fastest),
+            m.samples_per_sec * tokens_per_sample,
+            format!(
+                "{:.0}-{:.0}",
+                m.slowest * tokens_per_sample,
+                m.fastest * tokens_per_sample
+            ),
             // Step time relative to the baseline: the inverse of the speed ratio.
             ratio(reference.samples_per_sec, m.samples_per_sec),
             format_bytes(m.reserved as usize),
