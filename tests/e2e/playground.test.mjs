@@ -216,7 +216,7 @@ test("a dataset that is not there is reported in plain words on the page", async
   await page.close();
 });
 
-test("the GPT trains on Shakespeare in the page under a cap below its unlevered peak: the planner accumulates, every sample stays under the cap, and generated text is shown", async () => {
+test("the GPT trains on Shakespeare in the page under a cap below half its unlevered peak: the planner accumulates, every sample stays under the cap, and generated text is shown", async () => {
   const { page, problems } = await openPage();
   await setRun(page, { model: "gpt", backend: "webgpu", cap: "", steps: 4 });
   assert.equal(await page.inputValue("#dataset"), "data/shakespeare", "the GPT picks the text dataset");
@@ -226,7 +226,8 @@ test("the GPT trains on Shakespeare in the page under a cap below its unlevered 
   // The unlevered f32 peak as the planner sees it: the whole batch in one pass.
   await page.waitForFunction(() => /^Plan: micro-batch 32 .*\(no cap\)/.test(document.getElementById("plan").textContent), null, { timeout: 60000 });
   const unlevered = Number(await page.getAttribute("#plan", "data-predicted-peak"));
-  const capMiB = Math.floor((0.6 * unlevered) / MIB);
+  // Less than half of it: the acceptance asks for a peak at least twice the cap.
+  const capMiB = Math.floor((0.45 * unlevered) / MIB);
   await page.fill("#micro-batch", "auto");
   await page.fill("#cap", String(capMiB));
   await page.waitForFunction((cap) => new RegExp(`of the ${cap}\\.0 MiB cap`).test(document.getElementById("plan").textContent), capMiB, { timeout: 60000 });
@@ -234,7 +235,7 @@ test("the GPT trains on Shakespeare in the page under a cap below its unlevered 
   await page.waitForFunction(() => playground.state === "ended", null, { timeout: 600000 });
   assert.match(await page.textContent("#status"), /^Finished: 4 steps, .*test perplexity \d+\.\d+.*tokens\/s/);
   const started = await page.evaluate(() => playground.log.find((e) => e.event === "started"));
-  assert.ok(started.micro_batch < 32, `micro-batch ${started.micro_batch} under a cap of 60% of the unlevered peak`);
+  assert.ok(started.micro_batch < 32, `micro-batch ${started.micro_batch} under a cap of 45% of the unlevered peak`);
   assert.equal(started.effective_batch, 32);
   const samples = await page.evaluate(() => playground.charts.samples);
   assert.ok(samples.length >= 4, `samples: ${samples.length}`);
