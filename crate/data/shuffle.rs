@@ -41,6 +41,9 @@ pub fn window_offsets(
     shuffle: bool,
 ) -> Vec<u32> {
     let count = tokens / window.max(1);
+    if count == 0 {
+        return Vec::new();
+    }
     if !shuffle {
         return (0..count).map(|i| (i * window) as u32).collect();
     }
