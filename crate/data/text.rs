@@ -31,7 +31,8 @@ impl CharTokenizer {
         Ok(CharTokenizer { symbols })
     }
 
-    /// The tokenizer a manifest's vocabulary describes.
+    /// The tokenizer a manifest's vocabulary describes: one character an entry, sorted and
+    /// distinct, as [`CharTokenizer::of`] writes it (encoding searches it in that order).
     pub fn from_vocabulary(vocabulary: &[String]) -> Result<Self, String> {
         let symbols = vocabulary
             .iter()
@@ -43,6 +44,12 @@ impl CharTokenizer {
                 }
             })
             .collect::<Result<Vec<_>, _>>()?;
+        if let Some(pair) = symbols.windows(2).find(|pair| pair[0] >= pair[1]) {
+            return Err(format!(
+                "vocabulary entries {:?} and {:?} are out of order or repeated: the symbols must be sorted and distinct",
+                pair[0], pair[1]
+            ));
+        }
         Ok(CharTokenizer { symbols })
     }
 
@@ -87,6 +94,9 @@ mod tests {
         assert_eq!(tokenizer.decode(&tokens), text);
         let again = CharTokenizer::from_vocabulary(&tokenizer.vocabulary()).unwrap();
         assert_eq!(again, tokenizer);
+        let unsorted = ["b", "a"].map(String::from);
+        let error = CharTokenizer::from_vocabulary(&unsorted).unwrap_err();
+        assert!(error.contains("sorted and distinct"), "{error}");
         assert_eq!(tokenizer.encode("z"), None);
     }
 
