@@ -57,14 +57,6 @@ impl CharTokenizer {
         self.symbols.iter().map(|c| c.to_string()).collect()
     }
 
-    pub fn len(&self) -> usize {
-        self.symbols.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.symbols.is_empty()
-    }
-
     /// Tokens of `text`; `None` where a character is not in the vocabulary.
     pub fn encode(&self, text: &str) -> Option<Vec<u8>> {
         text.chars()

@@ -188,21 +188,23 @@ pub fn lever_peaks(run_plan: &RunPlan) -> Vec<LeverPeak> {
     let request = &run_plan.request;
     let whole = request.effective_batch;
     let quarter = if whole % 4 == 0 { whole / 4 } else { whole };
-    let half = if run_plan.levers.f16_available {
+    let mut settings = vec![
+        ("none", whole, Precision::F32, false),
+        ("accumulation 4x", quarter, Precision::F32, false),
+    ];
+    let f16_available = run_plan.levers.f16_available;
+    if f16_available {
+        settings.push(("f16", whole, Precision::F16, false));
+    }
+    settings.push(("checkpointing", whole, Precision::F32, true));
+    let all_precision = if f16_available {
         Precision::F16
     } else {
         Precision::F32
     };
-    let settings = [
-        ("none", whole, Precision::F32, false),
-        ("accumulation 4x", quarter, Precision::F32, false),
-        ("f16", whole, half, false),
-        ("checkpointing", whole, Precision::F32, true),
-        ("all of them", quarter, half, true),
-    ];
+    settings.push(("all of them", quarter, all_precision, true));
     settings
         .into_iter()
-        .filter(|&(lever, _, precision, _)| lever != "f16" || precision == Precision::F16)
         .map(|(lever, micro_batch, precision, checkpointing)| LeverPeak {
             lever,
             micro_batch,

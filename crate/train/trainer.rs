@@ -340,11 +340,11 @@ impl Trainer {
         else {
             return Ok(None);
         };
-        let tokenizer = CharTokenizer::from_vocabulary(vocabulary).map_err(TrainError::Dataset)?;
         let settings = &self.config.sample;
         if settings.generation.tokens == 0 {
             return Ok(None);
         }
+        let tokenizer = CharTokenizer::from_vocabulary(vocabulary).map_err(TrainError::Dataset)?;
         let prompt = tokenizer
             .encode(&settings.prompt)
             .filter(|p| !p.is_empty())

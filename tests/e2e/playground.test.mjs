@@ -22,6 +22,13 @@ async function downloaded(page, button) {
 
 const mean = (values) => values.reduce((a, b) => a + b, 0) / values.length;
 
+/// Every memory sample the page plotted counts (device reservation plus data) at most `cap` bytes.
+function assertEverySampleUnder(samples, cap) {
+  for (const sample of samples) {
+    assert.ok(sample.gpu_bytes_reserved + sample.data_bytes_held <= cap, JSON.stringify(sample));
+  }
+}
+
 test("the MLP trains on Fashion-MNIST chunks on WebGPU under a 256 MiB cap, and the page stays responsive", async () => {
   const { page, problems } = await openPage();
   assert.equal(await page.evaluate(() => crossOriginIsolated), true, "the page must be cross-origin isolated");
@@ -101,9 +108,7 @@ test("a cap just above a step's measured peak makes the enforcer shrink the micr
   assert.match(markers[0], /^micro-batch 2048→\d+$/);
   const samples = await page.evaluate(() => playground.charts.samples);
   assert.ok(samples.length >= 3, `samples: ${samples.length}`);
-  for (const sample of samples) {
-    assert.ok(sample.gpu_bytes_reserved + sample.data_bytes_held <= capMiB * MIB, JSON.stringify(sample));
-  }
+  assertEverySampleUnder(samples, capMiB * MIB);
   const finalLoss = await page.evaluate(() => playground.summary.final_loss);
   assert.ok(Math.abs(finalLoss - uncapped.final_loss) <= 1e-3 * Math.max(1, Math.abs(finalLoss)), `final loss ${finalLoss} capped, ${uncapped.final_loss} uncapped`);
   await page.screenshot({ path: join(artifacts, "playground-cap-edge.png"), fullPage: true });
@@ -239,9 +244,7 @@ test("the GPT trains on Shakespeare in the page under a cap below half its unlev
   assert.equal(started.effective_batch, 32);
   const samples = await page.evaluate(() => playground.charts.samples);
   assert.ok(samples.length >= 4, `samples: ${samples.length}`);
-  for (const sample of samples) {
-    assert.ok(sample.gpu_bytes_reserved + sample.data_bytes_held <= capMiB * MIB, JSON.stringify(sample));
-  }
+  assertEverySampleUnder(samples, capMiB * MIB);
   const texts = await page.evaluate(() => playground.log.filter((e) => e.event === "sample").map((e) => e.text));
   assert.ok(texts.length >= 2, `samples of text: ${texts.length}`);
   const shown = await page.textContent("#sample-text");
