@@ -232,3 +232,114 @@ async fn a_suspended_reader_releases_its_chunks_and_reads_on_from_the_same_sampl
     assert_eq!(suspended, 8);
     assert_eq!(records, all, "the same samples in the same order");
 }
+
+fn mixing(prefetch: usize, seed: u64, mix: usize) -> StreamOptions {
+    StreamOptions {
+        mix: Some(mix),
+        ..options(prefetch, seed, true)
+    }
+}
+
+/// Which training chunk each record comes from, by its bytes (synthetic records are
+/// distinct).
+fn chunk_of_records(dataset: &TestDataset) -> std::collections::HashMap<Vec<u8>, usize> {
+    let sample_bytes = dataset.manifest.sample_bytes();
+    let mut chunk_of = std::collections::HashMap::new();
+    for (index, entry) in dataset.manifest.chunks_of(Split::Train).into_iter().enumerate() {
+        let raw = entry
+            .codec
+            .decompress(&read_file(&dataset.dir, &entry.file), entry.raw_bytes)
+            .unwrap();
+        let (labels, features) = raw.split_at(entry.samples);
+        for (label, record) in labels.iter().zip(features.chunks_exact(sample_bytes)) {
+            chunk_of.insert([&[*label], record].concat(), index);
+        }
+    }
+    chunk_of
+}
+
+/// Mixing chunks draws each batch from several of them, still reads every sample once,
+/// follows the seed, and a reader suspended between batches reads on exactly.
+#[tokio::test]
+async fn a_mixing_reader_draws_batches_from_several_chunks_and_reads_every_sample_once() {
+    let dataset = synthetic_dataset(2300, 200, Codec::Deflate);
+    let chunk_of = chunk_of_records(&dataset);
+    let plain = records_streamed(&open(&dataset, options(1, 5, true)).await, Split::Train, 0, 40).await;
+    let source = open(&dataset, mixing(1, 5, 4)).await;
+    let mixed = records_streamed(&source, Split::Train, 0, 40).await;
+    let chunks_in_first_batch = |records: &[Vec<u8>]| {
+        records[..40]
+            .iter()
+            .map(|r| chunk_of[r])
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+    };
+    assert_eq!(chunks_in_first_batch(&plain), 1);
+    assert!(
+        chunks_in_first_batch(&mixed) >= 3,
+        "a batch mixes the 4 open chunks"
+    );
+    let sorted = |mut records: Vec<Vec<u8>>| {
+        records.sort();
+        records
+    };
+    assert_eq!(sorted(mixed.clone()), sorted(plain), "every sample once");
+    assert_eq!(
+        mixed,
+        records_streamed(&source, Split::Train, 0, 40).await,
+        "seeded"
+    );
+
+    let mut reader = BatchReader::suspendable(&source, Split::Train, 0, 1);
+    let mut records = Vec::new();
+    let sample_bytes = dataset.manifest.sample_bytes();
+    while let Some(batch) = reader.next_batch(40).await.unwrap() {
+        for (label, record) in batch.labels.iter().zip(batch.features.chunks_exact(sample_bytes)) {
+            records.push([&[*label], record].concat());
+        }
+        reader.suspend();
+        for _ in 0..100 {
+            if source.memory().bytes_held == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert_eq!(source.memory().bytes_held, 0, "a suspended reader holds no chunk");
+    }
+    assert_eq!(
+        records, mixed,
+        "suspended and resumed: the same samples in the same order"
+    );
+}
+
+/// The chunks a mixing reader holds open count in the bound, and a slow reader reaches it.
+#[tokio::test]
+async fn a_mixing_stream_holds_its_open_chunks_and_prefetch_within_the_bound() {
+    let dataset = synthetic_dataset(6000, 300, Codec::Deflate);
+    let chunks = &dataset.manifest.chunks;
+    let decoded = |c: &headroom::data::ChunkEntry| c.raw_bytes + 4 * c.samples;
+    let largest_decoded = chunks.iter().map(decoded).max().unwrap();
+    let smallest_decoded = chunks.iter().map(decoded).min().unwrap();
+    let largest_body = chunks.iter().map(|c| c.compressed_bytes).max().unwrap();
+    let source = open(&dataset, mixing(1, 2, 3)).await;
+    assert_eq!(source.bound_bytes(), (1 + 3) * largest_decoded + largest_body);
+    let mut reader = BatchReader::new(
+        source.epoch(Split::Train, 0).unwrap(),
+        dataset.manifest.sample_bytes(),
+    );
+    let mut peak_open = 0;
+    while reader.next_batch(64).await.unwrap().is_some() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(source.memory().bytes_held <= source.bound_bytes());
+        peak_open = peak_open.max(source.memory().bytes_held);
+    }
+    assert!(
+        peak_open >= 4 * smallest_decoded,
+        "three open chunks and one fetched ahead: {peak_open}"
+    );
+    let refused = DataSource::open(dataset.dir.to_str().unwrap(), mixing(1, 2, 0))
+        .await
+        .err()
+        .unwrap();
+    assert!(refused.to_string().contains("mixing 0 chunks"), "{refused}");
+}

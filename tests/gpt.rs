@@ -85,6 +85,9 @@ async fn windows_are_slices_of_the_text_in_a_seeded_order() {
             };
             let source = DataSource::open(&location, options).await.unwrap();
             assert_eq!(source.sample_count(Split::Train), 4 * (1000 / 33) + 500 / 33);
+            // Text chunks are runs of one text: training batches mix many by default.
+            assert_eq!(source.mix(Split::Train), headroom::data::TEXT_MIX);
+            assert_eq!(source.mix(Split::Test), 1);
             let mut reader =
                 BatchReader::new(source.epoch(Split::Train, epoch).unwrap(), source.sample_bytes());
             let mut windows = Vec::new();

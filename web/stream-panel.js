@@ -16,7 +16,7 @@ export function showStreamed(manifest, figures) {
     ["Chunks fetched", `${figures.transport.chunks_fetched} (${formatBytes(figures.transport.bytes_fetched)} over the wire)`],
     ["Retries", figures.transport.retries],
     ["Data pipeline peak", formatBytes(figures.memory.peak_bytes_held)],
-    ["Bound (prefetch + 1 chunks)", formatBytes(figures.memory.bound_bytes)],
+    ["Bound (chunks open + prefetched)", formatBytes(figures.memory.bound_bytes)],
     ["Order digest", figures.order_digest.slice(0, 16)],
   ]);
   $("figures").dataset.figures = JSON.stringify(figures);

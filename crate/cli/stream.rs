@@ -19,6 +19,10 @@ pub struct StreamArgs {
     /// Chunks fetched ahead of the one in use.
     #[arg(long, default_value_t = 2)]
     prefetch: usize,
+    /// Training chunks read at once, each sample drawn from one of them (default: 32 for
+    /// text, whose chunks are runs of one text; 1 for images).
+    #[arg(long)]
+    mix_chunks: Option<usize>,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Visit chunks and samples in file order.
@@ -38,6 +42,7 @@ pub async fn run(args: StreamArgs) -> anyhow::Result<()> {
         seed: args.seed,
         shuffle: !args.no_shuffle,
         window: args.window,
+        mix: args.mix_chunks,
         ..Default::default()
     };
     let source = DataSource::open(&args.data, options).await?;

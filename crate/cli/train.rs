@@ -81,6 +81,10 @@ pub struct TrainArgs {
     /// fewer ahead.
     #[arg(long, default_value_t = 2)]
     prefetch: usize,
+    /// Training chunks read at once, each sample drawn from one of them (default: 32 for
+    /// text, whose chunks are runs of one text; 1 for images).
+    #[arg(long)]
+    mix_chunks: Option<usize>,
     /// Release the training stream's chunks while evaluating (true) or keep them (false);
     /// by default the planner decides, keeping them where the cap allows.
     #[arg(long)]
@@ -141,6 +145,7 @@ impl TrainArgs {
                 prefetch: self.prefetch,
                 seed: self.seed,
                 shuffle: !self.no_shuffle,
+                mix: self.mix_chunks,
                 ..StreamOptions::default()
             },
             sample_every: self.sample_every,

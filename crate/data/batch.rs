@@ -1,6 +1,11 @@
+use std::collections::VecDeque;
+
+use rand_chacha::ChaCha8Rng;
+
 use super::chunk::Chunk;
 use super::error::DataError;
 use super::manifest::Split;
+use super::shuffle;
 use super::stream::{DataSource, EpochStream, Window};
 
 /// Samples gathered for one step: `labels[i]` belongs to the i-th `sample_bytes` record
@@ -29,17 +34,37 @@ struct Reopen {
     split: Split,
     epoch: u64,
     prefetch: usize,
-    /// Chunks of the epoch's order handed out so far, the current one included.
+    /// Chunks of the epoch's order handed out so far, from its start.
     taken: usize,
-    /// Where to start in the first chunk after a resume: the samples already read of it.
-    resume_position: Option<usize>,
+    /// The chunks open when the reader was suspended, in the order it held them: their
+    /// positions in the epoch's order and the samples already read of each. A reopened
+    /// stream delivers them first.
+    resume: VecDeque<(usize, usize)>,
 }
 
-/// Cuts an epoch's stream of chunks into batches that may straddle chunk boundaries.
+/// A chunk being read, and how far.
+struct OpenChunk {
+    chunk: Chunk,
+    position: usize,
+    /// Its position in the epoch's chunk order (kept by suspendable readers).
+    order_position: usize,
+}
+
+impl OpenChunk {
+    fn left(&self) -> usize {
+        self.chunk.len().saturating_sub(self.position)
+    }
+}
+
+/// Cuts an epoch's stream of chunks into batches that may straddle chunk boundaries,
+/// drawing each sample from one of the chunks it holds open (see `StreamOptions::mix`).
 pub struct BatchReader {
     stream: Option<EpochStream>,
-    current: Option<Chunk>,
-    position: usize,
+    open: Vec<OpenChunk>,
+    mix: usize,
+    mixer: ChaCha8Rng,
+    /// The stream has handed out its last chunk.
+    drained: bool,
     sample_bytes: usize,
     reopen: Option<Reopen>,
 }
@@ -47,9 +72,11 @@ pub struct BatchReader {
 impl BatchReader {
     pub fn new(stream: EpochStream, sample_bytes: usize) -> Self {
         BatchReader {
+            mix: stream.mix,
+            mixer: stream.mixer.clone(),
             stream: Some(stream),
-            current: None,
-            position: 0,
+            open: Vec::new(),
+            drained: false,
             sample_bytes,
             reopen: None,
         }
@@ -60,8 +87,10 @@ impl BatchReader {
     pub fn suspendable(source: &DataSource, split: Split, epoch: u64, prefetch: usize) -> Self {
         BatchReader {
             stream: None,
-            current: None,
-            position: 0,
+            open: Vec::new(),
+            mix: source.mix(split),
+            mixer: shuffle::mixer(source.options().seed, epoch),
+            drained: false,
             sample_bytes: source.sample_bytes(),
             reopen: Some(Reopen {
                 source: source.clone(),
@@ -69,50 +98,82 @@ impl BatchReader {
                 epoch,
                 prefetch,
                 taken: 0,
-                resume_position: None,
+                resume: VecDeque::new(),
             }),
         }
     }
 
-    /// Releases every chunk held, the one being read and those fetched ahead, so that
-    /// something else (evaluation) can have their memory; the next batch fetches the
-    /// current chunk again and goes on from the same sample. The samples and their order
-    /// are the same as without the pause: both follow from the seed, the epoch and the
-    /// chunk. A reader made with `new` has no way back and ignores this.
+    /// Releases every chunk held, those being read and those fetched ahead, so that
+    /// something else (evaluation) can have their memory; the next batch fetches the open
+    /// chunks again and goes on from the same samples. The samples and their order are
+    /// the same as without the pause: both follow from the seed, the epoch and the chunk,
+    /// and the draws between open chunks go on where they were. A reader made with `new`
+    /// has no way back and ignores this.
     pub fn suspend(&mut self) {
         let Some(reopen) = self.reopen.as_mut() else {
             return;
         };
-        if let Some(chunk) = self.current.take()
-            && self.position < chunk.len()
-        {
-            reopen.taken -= 1;
-            reopen.resume_position = Some(self.position);
+        if self.stream.is_none() {
+            return;
         }
+        reopen.resume = self
+            .open
+            .drain(..)
+            .filter(|open| open.left() > 0)
+            .map(|open| (open.order_position, open.position))
+            .collect();
         self.stream = None;
+        self.drained = false;
     }
 
     /// The next chunk, reopening a suspended stream where it stopped (a window past the
     /// epoch's last chunk is empty, so a reader suspended at the end ends).
-    async fn next_chunk(&mut self) -> Result<Option<Chunk>, DataError> {
+    async fn next_chunk(&mut self) -> Result<Option<OpenChunk>, DataError> {
         if self.stream.is_none() {
             let Some(reopen) = self.reopen.as_ref() else {
                 return Ok(None);
             };
             let window = Window {
                 prefetch: reopen.prefetch,
+                revisit: reopen
+                    .resume
+                    .iter()
+                    .map(|&(order_position, _)| order_position)
+                    .collect(),
                 first: reopen.taken,
                 chunks: None,
             };
             self.stream = Some(reopen.source.stream(reopen.split, reopen.epoch, window)?);
         }
-        let chunk = self.stream.as_mut().expect("opened above").next_chunk().await?;
-        self.position = 0;
-        if let (Some(reopen), Some(_)) = (self.reopen.as_mut(), &chunk) {
-            reopen.taken += 1;
-            self.position = reopen.resume_position.take().unwrap_or(0);
+        let Some(chunk) = self.stream.as_mut().expect("opened above").next_chunk().await? else {
+            return Ok(None);
+        };
+        let (order_position, position) = match self.reopen.as_mut() {
+            None => (0, 0),
+            Some(reopen) => reopen.resume.pop_front().unwrap_or_else(|| {
+                reopen.taken += 1;
+                (reopen.taken - 1, 0)
+            }),
+        };
+        Ok(Some(OpenChunk {
+            chunk,
+            position,
+            order_position,
+        }))
+    }
+
+    /// Opens chunks until `mix` are open or the stream has no more; finished chunks are
+    /// dropped first, so their slots free for prefetch.
+    async fn fill(&mut self) -> Result<(), DataError> {
+        self.open.retain(|open| open.left() > 0);
+        while self.open.len() < self.mix && !self.drained {
+            match self.next_chunk().await? {
+                Some(open) => self.open.push(open),
+                None => self.drained = true,
+            }
+            self.open.retain(|open| open.left() > 0);
         }
-        Ok(chunk)
+        Ok(())
     }
 
     /// Up to `size` samples; the last batch of an epoch may be shorter; `None` at the end.
@@ -123,23 +184,32 @@ impl BatchReader {
             sample_bytes: self.sample_bytes,
         };
         while batch.len() < size {
-            let exhausted = self.current.as_ref().is_none_or(|c| self.position >= c.len());
-            if exhausted {
-                // Drop the finished chunk before waiting, so its slot frees for prefetch.
-                self.current = None;
-                match self.next_chunk().await? {
-                    Some(chunk) => self.current = Some(chunk),
-                    None => break,
-                }
+            if self.open.len() < self.mix {
+                self.fill().await?;
             }
-            let chunk = self.current.as_ref().expect("a chunk is loaded above");
-            let take = (size - batch.len()).min(chunk.len() - self.position);
-            for position in self.position..self.position + take {
-                let (label, features) = chunk.sample(position);
+            let left: Vec<usize> = self.open.iter().map(OpenChunk::left).collect();
+            let pick = match left.len() {
+                0 => break,
+                1 => 0,
+                _ => shuffle::draw_weighted(&mut self.mixer, &left).expect("open chunks have samples left"),
+            };
+            let open = &mut self.open[pick];
+            // One chunk open: take the run it has; several: one sample, then draw again.
+            let take = if left.len() == 1 {
+                (size - batch.len()).min(open.left())
+            } else {
+                1
+            };
+            for position in open.position..open.position + take {
+                let (label, features) = open.chunk.sample(position);
                 batch.labels.extend(label);
                 batch.features.extend_from_slice(features);
             }
-            self.position += take;
+            open.position += take;
+            if open.left() == 0 {
+                // Dropped now, so its slot frees for prefetch.
+                self.open.remove(pick);
+            }
         }
         Ok(if batch.is_empty() { None } else { Some(batch) })
     }

@@ -12,6 +12,8 @@ pub struct ChunkFootprint {
     /// The largest compressed body.
     pub body: usize,
     pub count: usize,
+    /// Chunks a reader holds open at once (see `StreamOptions::mix`).
+    pub open: usize,
 }
 
 impl ChunkFootprint {
@@ -25,6 +27,7 @@ impl ChunkFootprint {
             decoded: 0,
             body: 0,
             count: 0,
+            open: 1,
         };
         for (chunk, samples) in chunks {
             footprint.decoded = footprint.decoded.max(chunk.raw_bytes + order_bytes(samples));
@@ -47,17 +50,26 @@ impl ChunkFootprint {
             decoded: raw + order_bytes(chunk_samples),
             body: (raw as f64 * ratio).ceil() as usize,
             count: manifest.count(split).div_ceil(chunk_samples.max(1)),
+            open: 1,
         }
     }
 
-    /// The most a stream reading `prefetch` ahead holds: every slot (the chunk being read
+    /// The same chunks, with a reader holding `open` of them at once.
+    pub fn reading(self, open: usize) -> Self {
+        ChunkFootprint {
+            open: open.max(1),
+            ..self
+        }
+    }
+
+    /// The most a stream reading `prefetch` ahead holds: every slot (the chunks being read
     /// and those fetched ahead) holding a decoded chunk, and the chunk being fetched its
     /// compressed body too. Chunks are fetched one at a time, so one body at most.
     pub fn stream_bytes(&self, prefetch: usize) -> usize {
         if self.count == 0 {
             return 0;
         }
-        (prefetch + 1).min(self.count) * self.decoded + self.body
+        (prefetch + self.open).min(self.count) * self.decoded + self.body
     }
 
     /// The same, for a stream that reads only its first `chunks`.

@@ -30,4 +30,4 @@ pub use footprint::ChunkFootprint;
 pub use manifest::{ChunkEntry, Manifest, Split};
 pub use memory::{MemoryGauge, PipelineMemory};
 pub use retry::RetryPolicy;
-pub use stream::{DataSource, EpochStream, StreamOptions, Window};
+pub use stream::{DataSource, EpochStream, StreamOptions, TEXT_MIX, Window};

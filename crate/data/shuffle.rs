@@ -29,6 +29,26 @@ pub fn sample_order(seed: u64, epoch: u64, chunk_index: usize, samples: usize, s
     order
 }
 
+/// The draws that interleave the chunks a reader holds open (see `StreamOptions::mix`).
+pub fn mixer(seed: u64, epoch: u64) -> ChaCha8Rng {
+    rng_for(seed, epoch, u64::MAX - 1)
+}
+
+/// An index into `remaining`, drawn in proportion to its entries, so chunks read at once
+/// run out together; `None` when nothing remains.
+pub fn draw_weighted(rng: &mut ChaCha8Rng, remaining: &[usize]) -> Option<usize> {
+    let total: usize = remaining.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let mut ticket = rng.random_range(0..total as u64) as usize;
+    remaining.iter().position(|&left| {
+        let here = ticket < left;
+        ticket = ticket.saturating_sub(left);
+        here
+    })
+}
+
 /// Where an epoch's windows of `window` tokens start in a chunk of `tokens`: one window per
 /// `window` tokens, at seeded offsets drawn anywhere in the chunk (as nanoGPT draws its
 /// batches), or, unshuffled, the chunk cut into consecutive windows.
@@ -67,6 +87,18 @@ mod tests {
         let mut sorted = sample_order(7, 0, 3, 1000, true);
         sorted.sort();
         assert_eq!(sorted, (0..1000).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn weighted_draws_follow_the_weights_and_skip_the_empty() {
+        let mut rng = mixer(1, 0);
+        let mut counts = [0usize; 3];
+        for _ in 0..3000 {
+            counts[draw_weighted(&mut rng, &[1, 0, 2]).unwrap()] += 1;
+        }
+        assert_eq!(counts[1], 0);
+        assert!((800..1200).contains(&counts[0]), "{counts:?}");
+        assert_eq!(draw_weighted(&mut rng, &[0, 0]), None);
     }
 
     #[test]

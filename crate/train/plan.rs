@@ -104,7 +104,8 @@ pub fn for_run(
     let manifest = source.manifest();
     let eval_samples = config.evaluate.then(|| config.eval_samples.unwrap_or(usize::MAX));
     let rechunked = |chunk_samples: usize| {
-        let train = ChunkFootprint::rechunked(manifest, Split::Train, chunk_samples);
+        let train = ChunkFootprint::rechunked(manifest, Split::Train, chunk_samples)
+            .reading(source.mix(Split::Train));
         let eval = ChunkFootprint::rechunked(manifest, Split::Test, chunk_samples);
         let eval_chunks = eval_samples.map_or(0, |n| n.div_ceil(chunk_samples));
         (chunk_samples, train, eval.first_chunks(eval_chunks))

@@ -283,8 +283,8 @@ impl Trainer {
         // Only the chunks the evaluation reads are fetched.
         let window = Window {
             prefetch: self.data_settings().prefetch,
-            first: 0,
             chunks: Some(plan::eval_chunks(&self.config, source)),
+            ..Window::default()
         };
         let mut reader = BatchReader::new(source.stream(split, 0, window)?, source.sample_bytes());
         let mut loss_sum: Option<Tensor<1>> = None;
