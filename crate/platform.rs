@@ -84,14 +84,16 @@ pub fn join_location(base: &str, file: &str) -> String {
 
 /// Reads a whole body: over HTTP(S) with the platform's client, or from a local path or
 /// `file://` URL natively.
-pub async fn fetch_bytes(location: &str) -> Result<Vec<u8>, FetchCause> {
+/// The body at `location`, refused as [`FetchCause::TooLarge`] once it passes `limit`
+/// bytes (before it is held, where the transport says its length up front).
+pub async fn fetch_bytes(location: &str, limit: usize) -> Result<Vec<u8>, FetchCause> {
     #[cfg(not(target_arch = "wasm32"))]
     {
-        native::fetch_bytes(location).await
+        native::fetch_bytes(location, limit).await
     }
     #[cfg(target_arch = "wasm32")]
     {
-        web::fetch_bytes(location).await
+        web::fetch_bytes(location, limit).await
     }
 }
 
@@ -116,7 +118,7 @@ mod native {
         text
     }
 
-    pub async fn fetch_bytes(location: &str) -> Result<Vec<u8>, FetchCause> {
+    pub async fn fetch_bytes(location: &str, limit: usize) -> Result<Vec<u8>, FetchCause> {
         if location.starts_with("http://") || location.starts_with("https://") {
             let mut response = client()
                 .get(location)
@@ -128,9 +130,15 @@ mod native {
                 return Err(FetchCause::Status(status.as_u16()));
             }
             let expected = response.content_length().map(|n| n as usize);
+            if expected.is_some_and(|n| n > limit) {
+                return Err(FetchCause::TooLarge { limit });
+            }
             let mut body = Vec::with_capacity(expected.unwrap_or(0));
             loop {
                 match response.chunk().await {
+                    Ok(Some(piece)) if body.len() + piece.len() > limit => {
+                        return Err(FetchCause::TooLarge { limit });
+                    }
                     Ok(Some(piece)) => body.extend_from_slice(&piece),
                     Ok(None) => break,
                     // A connection that ends before Content-Length is a truncated body.
@@ -146,9 +154,11 @@ mod native {
             Ok(body)
         } else {
             let path = location.strip_prefix("file://").unwrap_or(location);
-            tokio::fs::read(path)
-                .await
-                .map_err(|e| FetchCause::Io(format!("{path}: {e}")))
+            let io = |e: std::io::Error| FetchCause::Io(format!("{path}: {e}"));
+            if tokio::fs::metadata(path).await.map_err(io)?.len() > limit as u64 {
+                return Err(FetchCause::TooLarge { limit });
+            }
+            tokio::fs::read(path).await.map_err(io)
         }
     }
 }
@@ -174,7 +184,7 @@ mod web {
             .unwrap_or_else(|| format!("{value:?}"))
     }
 
-    pub async fn fetch_bytes(location: &str) -> Result<Vec<u8>, FetchCause> {
+    pub async fn fetch_bytes(location: &str, limit: usize) -> Result<Vec<u8>, FetchCause> {
         let init = web_sys::RequestInit::new();
         init.set_method("GET");
         let request = web_sys::Request::new_with_str_and_init(location, &init)
@@ -188,12 +198,27 @@ mod web {
         if !response.ok() {
             return Err(FetchCause::Status(response.status()));
         }
+        let announced = response
+            .headers()
+            .get("content-length")
+            .ok()
+            .flatten()
+            .and_then(|n| n.parse::<usize>().ok());
+        if announced.is_some_and(|n| n > limit) {
+            return Err(FetchCause::TooLarge { limit });
+        }
         let buffer = response
             .array_buffer()
             .map_err(|e| FetchCause::Network(describe(e)))?;
         let buffer = JsFuture::from(buffer)
             .await
             .map_err(|e| FetchCause::Network(describe(e)))?;
-        Ok(js_sys::Uint8Array::new(&buffer).to_vec())
+        // Checked again before the copy into wasm memory: a compressed transfer's
+        // Content-Length is not the body's.
+        let body = js_sys::Uint8Array::new(&buffer);
+        if body.length() as usize > limit {
+            return Err(FetchCause::TooLarge { limit });
+        }
+        Ok(body.to_vec())
     }
 }

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::fault_server::{Fault, FaultServer};
-use common::synthetic_dataset;
+use common::{read_file, synthetic_dataset};
 use headroom::data::scan::scan_epoch;
 use headroom::data::{Codec, DataError, DataSource, FetchCause, RetryPolicy, Split, StreamOptions};
 
@@ -23,6 +23,7 @@ fn quick_retries() -> StreamOptions {
             attempt_timeout: Duration::from_millis(800),
         },
         window: None,
+        mix: None,
     }
 }
 
@@ -200,6 +201,83 @@ async fn a_missing_local_file_fails_at_once_without_retries() {
                 ..
             }
         ),
+        "{error:?}"
+    );
+}
+
+/// Figures a manifest could use to make the reader allocate or overflow are refused at
+/// open, with the field named; nothing is fetched beyond what the manifest promised.
+#[tokio::test]
+async fn manifest_figures_that_overflow_or_allocate_too_much_are_refused() {
+    let dataset = synthetic_dataset(600, 300, Codec::Lz4);
+    let server = FaultServer::start(&dataset.dir, "synthetic").await;
+    let refused = |manifest: headroom::data::Manifest| {
+        let server = server.clone();
+        async move {
+            server.set_file("manifest.json", serde_json::to_vec(&manifest).unwrap());
+            DataSource::open(&server.base_url, quick_retries())
+                .await
+                .err()
+                .expect("must fail")
+                .to_string()
+        }
+    };
+    // The pixel count wraps to 0 in 64 bits: 2^32 x 2^32.
+    let mut wrapping = dataset.manifest.clone();
+    wrapping.sample_shape = vec![1 << 32, 1 << 32];
+    for chunk in &mut wrapping.chunks {
+        chunk.raw_bytes = chunk.samples;
+    }
+    let error = refused(wrapping).await;
+    assert!(error.contains("sample_shape [4294967296, 4294967296]"), "{error}");
+
+    let mut huge = dataset.manifest.clone();
+    huge.chunks[0].compressed_bytes = usize::MAX;
+    let error = refused(huge).await;
+    assert!(error.contains("at most 536870912 each"), "{error}");
+
+    let mut duplicated = dataset.manifest.clone();
+    duplicated.chunks[1].file = duplicated.chunks[0].file.clone();
+    let error = refused(duplicated).await;
+    assert!(error.contains("listed twice"), "{error}");
+
+    server.set_file(
+        "manifest.json",
+        vec![b' '; headroom::data::MAX_MANIFEST_BYTES + 1],
+    );
+    let error = DataSource::open(&server.base_url, quick_retries())
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(
+            error,
+            DataError::ManifestFetch {
+                cause: FetchCause::TooLarge { .. },
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}
+
+/// A chunk body longer than its manifest entry is cut off at the promised size, not read
+/// to its end.
+#[tokio::test]
+async fn a_chunk_longer_than_promised_is_cut_off() {
+    let dataset = synthetic_dataset(600, 300, Codec::Lz4);
+    let server = FaultServer::start(&dataset.dir, "synthetic").await;
+    let victim = dataset.manifest.chunks_of(Split::Train)[0].clone();
+    let mut longer = read_file(&dataset.dir, &victim.file);
+    longer.extend(vec![0; 10 << 20]);
+    server.set_file(&victim.file, longer);
+    let source = DataSource::open(&server.base_url, quick_retries()).await.unwrap();
+    let error = scan_epoch(&source, Split::Train, 0, 64)
+        .await
+        .err()
+        .expect("must fail");
+    assert!(
+        matches!(&error, DataError::Chunk { cause: FetchCause::TooLarge { limit }, .. } if *limit == victim.compressed_bytes),
         "{error:?}"
     );
 }

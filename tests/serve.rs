@@ -1,6 +1,8 @@
 //! `headroom serve`: what a browser and the streaming reader rely on from the server.
 #![cfg(not(target_arch = "wasm32"))]
 
+mod common;
+
 use std::net::SocketAddr;
 
 use headroom::server::spawn_local;
@@ -125,4 +127,20 @@ async fn other_origins_may_read_the_chunks() {
         .unwrap();
     assert_eq!(response.headers()["access-control-allow-origin"], "*");
     assert_eq!(response.headers()["cross-origin-resource-policy"], "cross-origin");
+}
+
+/// The server has no authentication: an address other machines reach needs --public.
+#[test]
+fn serving_beyond_this_machine_needs_an_explicit_flag() {
+    let root = tempfile::tempdir().unwrap();
+    let output = common::headroom(&[
+        "serve",
+        "--addr",
+        "0.0.0.0:0",
+        "--root",
+        root.path().to_str().unwrap(),
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("pass --public"), "{stderr}");
 }

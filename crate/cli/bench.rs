@@ -23,6 +23,8 @@ pub enum BenchCommand {
     /// samples/s against the data pipeline's bytes held, for each prefetch depth and way
     /// of evaluating, and the run the planner picks under a cap.
     Pipeline(super::bench_pipeline::PipelineBenchArgs),
+    /// Mutated manifests and chunks through opening and reading: valid, refused, panics.
+    Inputs(super::bench_inputs::InputsBenchArgs),
 }
 
 #[derive(Args)]
@@ -42,6 +44,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Train(args) => super::bench_train::bench_train(args),
         BenchCommand::Plan(args) => super::bench_train::bench_plan(args),
         BenchCommand::Pipeline(args) => super::bench_pipeline::bench_pipeline(args),
+        BenchCommand::Inputs(args) => super::bench_inputs::bench_inputs(args),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The `headroom` command line.
 
 mod bench;
+mod bench_inputs;
 mod bench_pipeline;
 mod bench_train;
 mod model_args;

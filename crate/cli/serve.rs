@@ -16,12 +16,29 @@ pub struct ServeArgs {
     /// The JS front end, served at /web/ (skipped when the folder is absent).
     #[arg(long, default_value = "web")]
     web: PathBuf,
+    /// Allow an --addr other machines can reach: the server has no authentication, and
+    /// serves every file under --root and --web to whoever asks.
+    #[arg(long)]
+    public: bool,
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if !args.root.is_dir() {
         anyhow::bail!(
             "{} is not a folder (run from the repository root, or pass --root)",
+            args.root.display()
+        );
+    }
+    if !args.addr.ip().is_loopback() {
+        if !args.public {
+            anyhow::bail!(
+                "{} can be reached from other machines, and the server has no authentication: pass --public to serve there anyway, or use 127.0.0.1",
+                args.addr
+            );
+        }
+        eprintln!(
+            "warning: serving on {} without authentication: every file under {} is readable by whoever reaches it",
+            args.addr,
             args.root.display()
         );
     }

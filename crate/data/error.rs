@@ -13,6 +13,8 @@ pub enum FetchCause {
     Truncated { expected: usize, got: usize },
     #[error("body is {got} bytes, manifest says {expected}")]
     WrongLength { expected: usize, got: usize },
+    #[error("body is longer than the {limit} bytes expected; cut off")]
+    TooLarge { limit: usize },
     #[error("checksum mismatch: sha256 {actual}, manifest says {expected}")]
     Checksum { expected: String, actual: String },
     #[error("cannot decode: {0}")]

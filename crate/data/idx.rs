@@ -58,11 +58,12 @@ pub fn parse_idx(bytes: &[u8], expected_rank: usize) -> Result<IdxArray, String>
         .chunks_exact(4)
         .map(|d| u32::from_be_bytes([d[0], d[1], d[2], d[3]]) as usize)
         .collect();
-    let expected = dims.iter().product::<usize>();
     let got = bytes.len() - header;
-    if got != expected {
+    let expected = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    if expected != Some(got) {
         return Err(format!(
-            "IDX dimensions {dims:?} need {expected} data bytes, file has {got}"
+            "IDX dimensions {dims:?} need {} data bytes, file has {got}",
+            expected.map_or("more".to_string(), |n| n.to_string())
         ));
     }
     Ok(IdxArray {
@@ -74,6 +75,12 @@ pub fn parse_idx(bytes: &[u8], expected_rank: usize) -> Result<IdxArray, String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dimensions_whose_product_overflows_are_an_error() {
+        let error = parse_idx(&idx(3, &[u32::MAX, u32::MAX, u32::MAX], &[1]), 3).unwrap_err();
+        assert!(error.contains("need more data bytes"), "{error}");
+    }
 
     fn idx(rank: u8, dims: &[u32], data: &[u8]) -> Vec<u8> {
         let mut bytes = vec![0, 0, UBYTE, rank];

@@ -7,6 +7,13 @@ pub const FORMAT_NAME: &str = "headroom-chunks";
 pub const FORMAT_VERSION: u32 = 1;
 pub const MANIFEST_FILE: &str = "manifest.json";
 
+/// The largest manifest read: about 80,000 chunk entries. A body beyond it is refused as
+/// it arrives, before it is held.
+pub const MAX_MANIFEST_BYTES: usize = 16 << 20;
+/// The largest chunk, compressed or decoded: memory is reserved for a chunk before it is
+/// fetched and decoded, so a manifest may not promise more than a tab can hold.
+pub const MAX_CHUNK_BYTES: usize = 512 << 20;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Split {
@@ -103,9 +110,16 @@ pub struct Manifest {
     pub vocabulary: Option<Vec<String>>,
 }
 
+/// The product of `dims` and `unit`, or `None` where it overflows.
+fn checked_bytes(dims: &[usize], unit: usize) -> Option<usize> {
+    dims.iter().try_fold(unit, |bytes, &d| bytes.checked_mul(d))
+}
+
 impl Manifest {
+    /// Bytes of one sample's features. A validated manifest's fit in a chunk; an
+    /// unvalidated one's may saturate, never wrap.
     pub fn sample_bytes(&self) -> usize {
-        self.sample_shape.iter().product::<usize>() * self.sample_dtype.size_bytes()
+        checked_bytes(&self.sample_shape, self.sample_dtype.size_bytes()).unwrap_or(usize::MAX)
     }
 
     /// Bytes one sample takes in a decoded chunk: a label and its features, or a token.
@@ -113,7 +127,7 @@ impl Manifest {
         if self.is_text() {
             1
         } else {
-            1 + self.sample_bytes()
+            self.sample_bytes().saturating_add(1)
         }
     }
 
@@ -166,6 +180,14 @@ impl Manifest {
         if self.classes() == 0 || self.classes() > 256 {
             return Err(format!("{} {what}: expected 1 to 256", self.classes()));
         }
+        if checked_bytes(&self.sample_shape, self.sample_dtype.size_bytes())
+            .is_none_or(|b| b >= MAX_CHUNK_BYTES)
+        {
+            return Err(format!(
+                "sample_shape {:?} gives samples of more than {MAX_CHUNK_BYTES} bytes, the largest chunk",
+                self.sample_shape
+            ));
+        }
         if self.is_text() && self.sample_shape != [1] {
             return Err(format!(
                 "a text dataset's sample_shape is [1] (one token), not {:?}",
@@ -174,6 +196,7 @@ impl Manifest {
         }
         let record = self.record_bytes();
         let mut per_split: BTreeMap<Split, usize> = BTreeMap::new();
+        let mut files = std::collections::HashSet::new();
         for chunk in &self.chunks {
             if chunk.file.is_empty() || chunk.file.contains('/') || chunk.file.contains("..") {
                 return Err(format!(
@@ -181,10 +204,19 @@ impl Manifest {
                     chunk.file
                 ));
             }
+            if !files.insert(chunk.file.as_str()) {
+                return Err(format!("chunk file {} is listed twice", chunk.file));
+            }
             if chunk.samples == 0 {
                 return Err(format!("chunk {} holds no samples", chunk.file));
             }
-            if chunk.raw_bytes != chunk.samples * record {
+            if chunk.raw_bytes > MAX_CHUNK_BYTES || chunk.compressed_bytes > MAX_CHUNK_BYTES {
+                return Err(format!(
+                    "chunk {}: {} bytes decoded, {} compressed; at most {MAX_CHUNK_BYTES} each",
+                    chunk.file, chunk.raw_bytes, chunk.compressed_bytes
+                ));
+            }
+            if chunk.samples.checked_mul(record) != Some(chunk.raw_bytes) {
                 return Err(format!(
                     "chunk {}: raw_bytes {} != {} samples x {record} bytes",
                     chunk.file, chunk.raw_bytes, chunk.samples
@@ -196,7 +228,12 @@ impl Manifest {
                     chunk.file, chunk.sha256
                 ));
             }
-            *per_split.entry(chunk.split).or_default() += chunk.samples;
+            // Each chunk's samples are below MAX_CHUNK_BYTES, so only their sum can
+            // overflow.
+            let sum = per_split.entry(chunk.split).or_default();
+            *sum = sum
+                .checked_add(chunk.samples)
+                .ok_or_else(|| format!("split {}: more samples than a count holds", chunk.split))?;
         }
         for (split, &count) in &self.counts {
             let in_chunks = per_split.get(split).copied().unwrap_or(0);

@@ -18,6 +18,8 @@ pub mod synthetic;
 pub mod idx;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod import;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod mutate;
 pub mod text;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod writer;
@@ -27,7 +29,7 @@ pub use chunk::Chunk;
 pub use codec::Codec;
 pub use error::{DataError, FetchCause};
 pub use footprint::ChunkFootprint;
-pub use manifest::{ChunkEntry, Manifest, Split};
+pub use manifest::{ChunkEntry, MAX_CHUNK_BYTES, MAX_MANIFEST_BYTES, Manifest, Split};
 pub use memory::{MemoryGauge, PipelineMemory};
 pub use retry::RetryPolicy;
 pub use stream::{DataSource, EpochStream, StreamOptions, TEXT_MIX, Window};

@@ -116,6 +116,7 @@ pub fn accumulate_gradients(
     }
     StepGradients {
         grads: accumulator.grads(),
-        loss: loss_sum.expect("a batch holds at least one sample"),
+        // An empty batch has no loss to speak of: zero, and no gradients.
+        loss: loss_sum.unwrap_or_else(|| Tensor::zeros([1], device)),
     }
 }

@@ -201,6 +201,11 @@ impl Trainer {
 
     /// One optimizer step over `batch` (at most one effective batch).
     pub async fn train_step(&mut self, batch: &Batch) -> Result<StepRecord, TrainError> {
+        if batch.is_empty() {
+            return Err(TrainError::Dataset(
+                "a training step needs at least one sample".into(),
+            ));
+        }
         let started = Instant::now();
         let learning_rate = self.schedule.lr_at(self.step);
         let model = self.model.take().expect("the model is only taken during a step");
@@ -226,10 +231,21 @@ impl Trainer {
                 (step.loss.into_scalar_async().await.map_err(readback)?, false)
             }
             Some(scaler) => {
-                let loss: f32 = step.loss.into_scalar_async().await.map_err(readback)?;
-                let magnitude: f32 = match precision::gradient_magnitude(&model, &step.grads) {
-                    Some(sum) => sum.into_scalar_async().await.map_err(readback)?,
-                    None => 0.0,
+                let read = async {
+                    let loss: f32 = step.loss.into_scalar_async().await.map_err(readback)?;
+                    let magnitude: f32 = match precision::gradient_magnitude(&model, &step.grads) {
+                        Some(sum) => sum.into_scalar_async().await.map_err(readback)?,
+                        None => 0.0,
+                    };
+                    Ok::<_, TrainError>((loss, magnitude))
+                };
+                let (loss, magnitude) = match read.await {
+                    Ok(read) => read,
+                    Err(error) => {
+                        // The model stays, unchanged, for an export or a retry.
+                        self.model = Some(model);
+                        return Err(error);
+                    }
                 };
                 let applied = scaler.update(!(loss.is_finite() && magnitude.is_finite()));
                 self.model = Some(if applied {
