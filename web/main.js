@@ -3,7 +3,7 @@ import { Charts, countedBytes } from "./charts.js";
 import { listDatasets, offerF16, onModelChange, readRun } from "./controls.js";
 import { fillTable, formatBytes } from "./format.js";
 import { sampleHeap } from "./heap.js";
-import { Reply, Request } from "./protocol.js";
+import { ErrorKind, Reply, Request } from "./protocol.js";
 import { showStreamError, showStreamed, wireStreamPanel } from "./stream-panel.js";
 
 const $ = (id) => document.getElementById(id);
@@ -44,20 +44,25 @@ function showStatus(text) {
   $("status").classList.remove("error");
 }
 
+/// What to do about each kind of error (protocol.js's ErrorKind).
+const ADVICE = {
+  [ErrorKind.NO_DEVICE]: "Choose the CPU backend, or open the page in a browser with WebGPU.",
+  [ErrorKind.DATASET_MISSING]: "The dataset is not on the server: run headroom prepare (web/play does it).",
+  [ErrorKind.NETWORK]: "Is headroom serve still running?",
+  [ErrorKind.DEVICE_LOST]: "A fresh worker is ready: press Start to train again.",
+  [ErrorKind.CRASHED]: "The training module crashed; a fresh worker is ready: press Start to try again.",
+  [ErrorKind.DIVERGED]: "Lower the learning rate, or clip gradients.",
+};
+
 /// The message, and what to do about it.
-function explain(message) {
-  const advice = [
-    [/navigator\.gpu is missing|no usable WebGPU/, "Choose the CPU backend, or open the page in a browser with WebGPU."],
-    [/HTTP status 404/, "The dataset is not on the server: run headroom prepare (web/play does it)."],
-    [/Network|Failed to fetch|NetworkError|timed out/i, "Is headroom serve still running?"],
-    [/device was lost/, "A fresh worker is ready: press Start to train again."],
-    [/unreachable|RuntimeError/, "The training module crashed; a fresh worker is ready: press Start to try again."],
-  ].find(([pattern]) => pattern.test(message));
-  return advice ? `${message}. ${advice[1]}` : message;
+function explain(message, kind) {
+  const advice = ADVICE[kind];
+  return advice ? `${message}. ${advice}` : message;
 }
 
-function showError(message) {
-  $("status").textContent = explain(message);
+function showError(message, kind) {
+  $("status").textContent = explain(message, kind);
+  $("status").dataset.kind = kind ?? "";
   $("status").classList.add("error");
 }
 
@@ -246,19 +251,20 @@ function onMessage({ data }) {
   }
 }
 
-function onError({ request, message }) {
+function onError({ request, kind, message }) {
   if (request === Request.PLAN) {
-    $("plan").textContent = explain(message);
+    $("plan").textContent = explain(message, kind);
+    $("plan").dataset.kind = kind ?? "";
     $("plan").classList.add("refused");
   } else if (request === Request.STREAM) {
-    showStreamError(explain(message));
+    showStreamError(explain(message, kind));
   } else if (request === Request.START) {
     // A failed run may leave the wasm instance unusable (a panic, a lost device): start over.
     startWorker();
-    showError(message);
+    showError(message, kind);
     setState("ended");
   } else {
-    showError(message);
+    showError(message, kind);
   }
 }
 

@@ -19,7 +19,7 @@
 //   { type: "ended", stopped }                         the run finished or was stopped
 //   { type: "model", bytes }                           answers export (Uint8Array)
 //   { type: "streamed", manifest, figures }            answers stream
-//   { type: "error", request, message }                any failure, in plain words
+//   { type: "error", request, kind, message }          any failure: its ErrorKind, in plain words
 //
 // config is the Rust TrainConfig; events, samples, previews and figures are the Rust
 // structs of the same names, serialized by serde.
@@ -48,6 +48,24 @@ export const Reply = Object.freeze({
   MODEL: "model",
   STREAMED: "streamed",
   ERROR: "error",
+});
+
+/// What kind of failure an error reply reports: Rust's `ErrorKind` (crate/data/error.rs),
+/// and two the worker adds. The page acts on the kind; the message is for the user.
+export const ErrorKind = Object.freeze({
+  DATASET_MISSING: "dataset-missing",
+  NETWORK: "network",
+  BAD_DATASET: "bad-dataset",
+  BAD_SETTINGS: "bad-settings",
+  CAP_TOO_SMALL: "cap-too-small",
+  CAP_EXCEEDED: "cap-exceeded",
+  DIVERGED: "diverged",
+  NO_DEVICE: "no-device",
+  DEVICE_LOST: "device-lost",
+  READBACK: "readback",
+  BUSY: "busy",
+  /// The wasm module trapped (a Rust panic) or did not load.
+  CRASHED: "crashed",
 });
 
 /// How often the worker samples memory between steps.

@@ -1,16 +1,31 @@
 // Runs the wasm module off the page's thread: the page stays responsive while it trains.
 // A run advances one step per call, so pause, resume and stop act between steps.
 import init, { DataStream, Training, describeDevice, planRun } from "../pkg/headroom.js";
-import { MEMORY_SAMPLE_MS, Reply, Request } from "./protocol.js";
+import { ErrorKind, MEMORY_SAMPLE_MS, Reply, Request } from "./protocol.js";
 
 const loaded = init();
 loaded.then(
   () => self.postMessage({ type: Reply.READY }),
-  (error) => self.postMessage({ type: Reply.ERROR, message: `The wasm module did not load: ${describe(error)}` }),
+  (error) =>
+    self.postMessage({ type: Reply.ERROR, kind: ErrorKind.CRASHED, message: `The wasm module did not load: ${describe(error)}` }),
 );
 
 function describe(error) {
   return error?.message ?? String(error);
+}
+
+/// The kind the wasm module gave the error (Rust's ErrorKind); a trap in the module is a
+/// crash; anything else the worker raised itself.
+function kindOf(error) {
+  if (typeof error?.kind === "string") return error.kind;
+  if (error instanceof WebAssembly.RuntimeError) return ErrorKind.CRASHED;
+  return error?.workerKind ?? ErrorKind.BUSY;
+}
+
+function refuse(message) {
+  const error = new Error(message);
+  error.workerKind = ErrorKind.BUSY;
+  return error;
 }
 
 const run = { training: null, state: "idle", wake: null };
@@ -21,7 +36,7 @@ function wake() {
 }
 
 async function train({ url, config, backend }) {
-  if (run.state === "running" || run.state === "paused") throw new Error("a run is already going: stop it first");
+  if (run.state === "running" || run.state === "paused") throw refuse("a run is already going: stop it first");
   run.training?.free();
   run.training = null;
   run.state = "starting";
@@ -56,8 +71,8 @@ async function train({ url, config, backend }) {
 }
 
 async function exportModel() {
-  if (!run.training) throw new Error("there is no trained model yet");
-  if (run.state === "running") throw new Error("pause or stop the run before exporting");
+  if (!run.training) throw refuse("there is no trained model yet");
+  if (run.state === "running") throw refuse("pause or stop the run before exporting");
   const bytes = await run.training.exportModel();
   return { type: Reply.MODEL, bytes };
 }
@@ -98,6 +113,6 @@ self.onmessage = async ({ data }) => {
     const reply = await handler(data);
     if (reply) self.postMessage(reply, reply.bytes ? [reply.bytes.buffer] : []);
   } catch (error) {
-    self.postMessage({ type: Reply.ERROR, request: data.type, message: describe(error) });
+    self.postMessage({ type: Reply.ERROR, request: data.type, kind: kindOf(error), message: describe(error) });
   }
 };

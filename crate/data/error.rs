@@ -23,7 +23,67 @@ pub enum FetchCause {
     Io(String),
 }
 
+/// What kind of failure, for a caller (the page) to act on without reading the text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorKind {
+    /// The manifest or a chunk is not on the server (HTTP 404) or not on disk.
+    DatasetMissing,
+    /// The server did not answer, answered with an error, or stalled.
+    Network,
+    /// The dataset is there but wrong: a malformed manifest, a chunk that fails its checks.
+    BadDataset,
+    /// The settings asked for are not valid.
+    BadSettings,
+    /// No setting of this run fits the cap.
+    CapTooSmall,
+    /// A step held more than the cap and nothing smaller frees more.
+    CapExceeded,
+    /// The loss became infinite or NaN.
+    Diverged,
+    /// No device to train on (no WebGPU adapter, for one).
+    NoDevice,
+    /// The GPU device was lost mid-run.
+    DeviceLost,
+    /// Reading results back from the device failed.
+    Readback,
+    /// A request came while the run was busy with another.
+    Busy,
+}
+
+impl ErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::DatasetMissing => "dataset-missing",
+            ErrorKind::Network => "network",
+            ErrorKind::BadDataset => "bad-dataset",
+            ErrorKind::BadSettings => "bad-settings",
+            ErrorKind::CapTooSmall => "cap-too-small",
+            ErrorKind::CapExceeded => "cap-exceeded",
+            ErrorKind::Diverged => "diverged",
+            ErrorKind::NoDevice => "no-device",
+            ErrorKind::DeviceLost => "device-lost",
+            ErrorKind::Readback => "readback",
+            ErrorKind::Busy => "busy",
+        }
+    }
+}
+
 impl FetchCause {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            FetchCause::Status(404) | FetchCause::Io(_) => ErrorKind::DatasetMissing,
+            FetchCause::Status(_)
+            | FetchCause::Timeout(_)
+            | FetchCause::Network(_)
+            | FetchCause::Truncated { .. } => ErrorKind::Network,
+            FetchCause::WrongLength { .. }
+            | FetchCause::TooLarge { .. }
+            | FetchCause::Checksum { .. }
+            | FetchCause::Decode(_) => ErrorKind::BadDataset,
+        }
+    }
+
     /// A missing local file will not appear by waiting; everything else may be passing.
     pub fn is_retryable(&self) -> bool {
         !matches!(self, FetchCause::Io(_))
@@ -60,10 +120,52 @@ pub enum DataError {
 }
 
 impl DataError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            DataError::Chunk { cause, .. } | DataError::ManifestFetch { cause, .. } => cause.kind(),
+            DataError::StreamStopped => ErrorKind::Network,
+            DataError::InvalidOption(_) => ErrorKind::BadSettings,
+            DataError::ManifestMalformed { .. }
+            | DataError::EmptySplit { .. }
+            | DataError::Import(_)
+            | DataError::Io { .. } => ErrorKind::BadDataset,
+        }
+    }
+
     pub fn io(path: impl AsRef<std::path::Path>, source: std::io::Error) -> Self {
         DataError::Io {
             path: path.as_ref().display().to_string(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_dataset_a_flaky_server_and_a_bad_chunk_are_told_apart() {
+        let fetch = |cause| DataError::ManifestFetch {
+            url: "u".into(),
+            attempts: 1,
+            cause,
+        };
+        assert_eq!(fetch(FetchCause::Status(404)).kind(), ErrorKind::DatasetMissing);
+        assert_eq!(fetch(FetchCause::Status(503)).kind(), ErrorKind::Network);
+        assert_eq!(
+            fetch(FetchCause::TooLarge { limit: 1 }).kind(),
+            ErrorKind::BadDataset
+        );
+        assert_eq!(
+            DataError::InvalidOption("x".into()).kind(),
+            ErrorKind::BadSettings
+        );
+        assert_eq!(ErrorKind::DatasetMissing.as_str(), "dataset-missing");
+        assert_eq!(
+            serde_json::to_string(&ErrorKind::CapTooSmall).unwrap(),
+            "\"cap-too-small\"",
+            "as_str and the serialized name agree"
+        );
     }
 }

@@ -27,7 +27,7 @@ pub mod writer;
 pub use batch::{Batch, BatchReader};
 pub use chunk::Chunk;
 pub use codec::Codec;
-pub use error::{DataError, FetchCause};
+pub use error::{DataError, ErrorKind, FetchCause};
 pub use footprint::ChunkFootprint;
 pub use manifest::{ChunkEntry, MAX_CHUNK_BYTES, MAX_MANIFEST_BYTES, Manifest, Split};
 pub use memory::{MemoryGauge, PipelineMemory};

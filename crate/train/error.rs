@@ -1,4 +1,4 @@
-use crate::data::DataError;
+use crate::data::{DataError, ErrorKind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
@@ -27,4 +27,18 @@ pub enum TrainError {
     CapExceeded { step: u64, peak: String, cap: String },
     #[error("reading a result back from the device failed: {0}")]
     Readback(String),
+}
+
+impl TrainError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            TrainError::Data(error) => error.kind(),
+            TrainError::Config(_) => ErrorKind::BadSettings,
+            TrainError::Dataset(_) => ErrorKind::BadDataset,
+            TrainError::Diverged { .. } => ErrorKind::Diverged,
+            TrainError::CapTooSmall { .. } => ErrorKind::CapTooSmall,
+            TrainError::CapExceeded { .. } => ErrorKind::CapExceeded,
+            TrainError::Readback(_) => ErrorKind::Readback,
+        }
+    }
 }

@@ -7,6 +7,9 @@ mod training;
 
 use wasm_bindgen::prelude::*;
 
+use crate::data::{DataError, ErrorKind};
+use crate::train::TrainError;
+
 #[wasm_bindgen(start)]
 pub fn start() {
     console_error_panic_hook::set_once();
@@ -18,6 +21,19 @@ pub(crate) fn to_js<T: serde::Serialize>(value: &T) -> Result<JsValue, JsValue> 
         .map_err(JsValue::from)
 }
 
-pub(crate) fn error_to_js(error: impl std::fmt::Display) -> JsValue {
-    JsError::new(&error.to_string()).into()
+/// A JS `Error` carrying its [`ErrorKind`] as `kind`, so that the page acts on the kind and
+/// shows the message, never matching the text.
+pub(crate) fn error_to_js(kind: ErrorKind, error: impl std::fmt::Display) -> JsValue {
+    let value: JsValue = js_sys::Error::new(&error.to_string()).into();
+    // Setting a property on a fresh Error cannot fail.
+    let _ = js_sys::Reflect::set(&value, &"kind".into(), &kind.as_str().into());
+    value
+}
+
+pub(crate) fn data_error_to_js(error: DataError) -> JsValue {
+    error_to_js(error.kind(), error)
+}
+
+pub(crate) fn train_error_to_js(error: TrainError) -> JsValue {
+    error_to_js(error.kind(), error)
 }

@@ -3,7 +3,8 @@
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use super::{error_to_js, to_js};
+use super::{data_error_to_js, error_to_js, to_js};
+use crate::data::ErrorKind;
 use crate::data::scan::scan_epoch;
 use crate::data::{DataSource, Split, StreamOptions};
 
@@ -22,9 +23,9 @@ impl DataStream {
             let options: StreamOptions = if options.is_undefined() || options.is_null() {
                 StreamOptions::default()
             } else {
-                serde_wasm_bindgen::from_value(options).map_err(error_to_js)?
+                serde_wasm_bindgen::from_value(options).map_err(|e| error_to_js(ErrorKind::BadSettings, e))?
             };
-            let source = DataSource::open(&url, options).await.map_err(error_to_js)?;
+            let source = DataSource::open(&url, options).await.map_err(data_error_to_js)?;
             Ok(DataStream { source }.into())
         })
     }
@@ -43,10 +44,12 @@ impl DataStream {
     pub fn scan_epoch(&self, split: String, epoch: u32, batch: u32) -> js_sys::Promise {
         let source = self.source.clone();
         future_to_promise(async move {
-            let split: Split = split.parse().map_err(error_to_js)?;
+            let split: Split = split
+                .parse()
+                .map_err(|e| error_to_js(ErrorKind::BadSettings, e))?;
             let figures = scan_epoch(&source, split, u64::from(epoch), batch as usize)
                 .await
-                .map_err(error_to_js)?;
+                .map_err(data_error_to_js)?;
             to_js(&figures)
         })
     }

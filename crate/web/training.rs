@@ -9,18 +9,24 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use super::device::{self, Acquired, AdapterReport, Preference};
-use super::{error_to_js, export, to_js};
+use super::{data_error_to_js, error_to_js, export, to_js, train_error_to_js};
 use crate::data::DataSource;
+use crate::data::ErrorKind;
 use crate::memory::{Candidate, MemoryTracker, Plan};
 use crate::train::{Precision, Progress, TrainConfig, Trainer, advice, plan};
 
 fn preference(value: &str) -> Result<Preference, JsValue> {
-    serde_wasm_bindgen::from_value(JsValue::from_str(value))
-        .map_err(|_| error_to_js(format!("unknown backend {value:?}: auto, webgpu or cpu")))
+    serde_wasm_bindgen::from_value(JsValue::from_str(value)).map_err(|_| {
+        error_to_js(
+            ErrorKind::BadSettings,
+            format!("unknown backend {value:?}: auto, webgpu or cpu"),
+        )
+    })
 }
 
 fn config(value: JsValue) -> Result<TrainConfig, JsValue> {
-    serde_wasm_bindgen::from_value(value).map_err(|e| error_to_js(format!("bad training settings: {e}")))
+    serde_wasm_bindgen::from_value(value)
+        .map_err(|e| error_to_js(ErrorKind::BadSettings, format!("bad training settings: {e}")))
 }
 
 /// Which device a run gets and why, as the page shows it.
@@ -61,7 +67,7 @@ pub fn describe_device(backend: String) -> js_sys::Promise {
     future_to_promise(async move {
         let acquired = device::acquire(preference(&backend)?)
             .await
-            .map_err(error_to_js)?;
+            .map_err(|e| error_to_js(ErrorKind::NoDevice, e))?;
         to_js(&DeviceReport::from(&acquired))
     })
 }
@@ -73,10 +79,12 @@ async fn open(
     backend: &str,
 ) -> Result<(TrainConfig, Acquired, DataSource), JsValue> {
     let config = self::config(config)?;
-    let acquired = device::acquire(preference(backend)?).await.map_err(error_to_js)?;
+    let acquired = device::acquire(preference(backend)?)
+        .await
+        .map_err(|e| error_to_js(ErrorKind::NoDevice, e))?;
     let source = DataSource::open(url, config.stream_options())
         .await
-        .map_err(error_to_js)?;
+        .map_err(data_error_to_js)?;
     Ok((config, acquired, source))
 }
 
@@ -86,7 +94,7 @@ pub fn plan_run(url: String, config: JsValue, backend: String) -> js_sys::Promis
     future_to_promise(async move {
         let (config, acquired, source) = open(&url, config, &backend).await?;
         let run_plan =
-            plan::for_run(&config, &source, &acquired.device, acquired.backend).map_err(error_to_js)?;
+            plan::for_run(&config, &source, &acquired.device, acquired.backend).map_err(train_error_to_js)?;
         let picked = run_plan.pick(&config);
         to_js(&Preview {
             device: DeviceReport::from(&acquired),
@@ -124,7 +132,7 @@ impl Training {
         future_to_promise(async move {
             let (config, acquired, source) = open(&url, config, &backend).await?;
             let trainer = Trainer::new(config, &source, acquired.device.clone(), acquired.backend)
-                .map_err(error_to_js)?;
+                .map_err(train_error_to_js)?;
             let probe = MemoryTracker::new(acquired.device.clone(), source.gauge().clone());
             Ok(Training {
                 running: Rc::new(RefCell::new(Some(Running {
@@ -150,19 +158,21 @@ impl Training {
         let running = self.running.clone();
         future_to_promise(async move {
             if let Some(reason) = device::device_lost() {
-                return Err(error_to_js(format!("{reason}. Reload the page to start again.")));
+                return Err(error_to_js(
+                    ErrorKind::DeviceLost,
+                    format!("{reason}. Reload the page to start again."),
+                ));
             }
             let mut state = running
                 .borrow_mut()
                 .take()
-                .ok_or_else(|| error_to_js("the run is busy: await each call"))?;
+                .ok_or_else(|| error_to_js(ErrorKind::Busy, "the run is busy: await each call"))?;
             let result = state.progress.advance(&mut state.trainer, &state.source).await;
             *running.borrow_mut() = Some(state);
-            let events = result.map_err(|e| {
-                let lost = device::device_lost()
-                    .map(|r| format!(" ({r})"))
-                    .unwrap_or_default();
-                error_to_js(format!("{e}{lost}"))
+            let events = result.map_err(|e| match device::device_lost() {
+                // What failed is a symptom; the lost device is the cause.
+                Some(reason) => error_to_js(ErrorKind::DeviceLost, format!("{e} ({reason})")),
+                None => train_error_to_js(e),
             })?;
             to_js(&events)
         })
@@ -183,11 +193,11 @@ impl Training {
             let state = running
                 .borrow_mut()
                 .take()
-                .ok_or_else(|| error_to_js("the run is busy: pause it first"))?;
+                .ok_or_else(|| error_to_js(ErrorKind::Busy, "the run is busy: pause it first"))?;
             let trainer = &state.trainer;
             let bytes = export::burnpack(trainer.model(), &trainer.config().model, &trainer.input()).await;
             *running.borrow_mut() = Some(state);
-            let bytes = bytes.map_err(error_to_js)?;
+            let bytes = bytes.map_err(|e| error_to_js(ErrorKind::Readback, e))?;
             Ok(js_sys::Uint8Array::from(bytes.as_slice()).into())
         })
     }

@@ -186,6 +186,7 @@ test("a cap too small for any plan is refused before training, naming the cap th
   await page.click("#start");
   await page.waitForSelector("#status.error");
   assert.match(await page.textContent("#status"), /1\.0 MiB/);
+  assert.equal(await page.getAttribute("#status", "data-kind"), "cap-too-small");
   assert.equal(await page.isEnabled("#start"), true, "the page stays usable after an error");
   assert.deepEqual(problems, []);
   await page.close();
@@ -217,6 +218,8 @@ test("a dataset that is not there is reported in plain words on the page", async
   assert.match(message, /no-such-dataset\/manifest\.json/);
   assert.match(message, /HTTP status 404/);
   assert.match(message, /headroom prepare/);
+  // The advice follows the error's kind, which crossed the worker boundary typed.
+  assert.equal(await page.getAttribute("#plan", "data-kind"), "dataset-missing");
   assert.equal(await page.isEnabled("#start"), true, "the page stays usable after an error");
   await page.close();
 });
