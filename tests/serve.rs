@@ -144,3 +144,50 @@ fn serving_beyond_this_machine_needs_an_explicit_flag() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("pass --public"), "{stderr}");
 }
+
+/// Many clients streaming an epoch at once from a `headroom serve` process all get the
+/// samples one client alone gets, and the server holds no body per client: its peak memory
+/// grows by less than one chunk per client (`headroom bench serve` runs 200).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clients_all_get_the_same_epoch_and_the_server_stays_small() {
+    use headroom::data::scan::scan_epoch;
+    use headroom::data::{Codec, DataSource, Split, StreamOptions};
+    use headroom::server::load::{peak_rss, stream_concurrently};
+    use std::io::{BufRead, BufReader};
+
+    let dataset = common::synthetic_dataset(20_000, 1000, Codec::Lz4);
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--root"])
+        .arg(dataset.root.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let base = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap();
+    let url = format!("{}synthetic", base);
+    let alone = StreamOptions {
+        prefetch: 1,
+        seed: 7,
+        ..StreamOptions::default()
+    };
+    let source = DataSource::open(&url, alone).await.unwrap();
+    let reference = scan_epoch(&source, Split::Train, 0, 256).await.unwrap();
+    let before = peak_rss(server.id()).unwrap();
+    let clients = 64;
+    let figures = stream_concurrently(&url, clients, &reference.order_digest).await;
+    let after = peak_rss(server.id()).unwrap();
+    server.kill().unwrap();
+    assert_eq!(figures.correct, clients, "{figures:?}");
+    let chunk = dataset.manifest.chunks[0].compressed_bytes as u64;
+    assert!(
+        after - before < clients as u64 * chunk,
+        "the server grew by {} bytes for {clients} clients (a chunk is {chunk})",
+        after - before
+    );
+}

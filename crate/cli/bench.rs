@@ -25,6 +25,9 @@ pub enum BenchCommand {
     Pipeline(super::bench_pipeline::PipelineBenchArgs),
     /// Mutated manifests and chunks through opening and reading: valid, refused, panics.
     Inputs(super::bench_inputs::InputsBenchArgs),
+    /// Many clients streaming an epoch from one `headroom serve` at once: correct, failed,
+    /// and the server's peak memory.
+    Serve(super::bench_serve::ServeBenchArgs),
 }
 
 #[derive(Args)]
@@ -45,6 +48,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Plan(args) => super::bench_train::bench_plan(args),
         BenchCommand::Pipeline(args) => super::bench_pipeline::bench_pipeline(args),
         BenchCommand::Inputs(args) => super::bench_inputs::bench_inputs(args),
+        BenchCommand::Serve(args) => super::bench_serve::bench_serve(args).await,
     }
 }
 

@@ -3,6 +3,7 @@
 mod bench;
 mod bench_inputs;
 mod bench_pipeline;
+mod bench_serve;
 mod bench_train;
 mod model_args;
 mod plan;

@@ -1,5 +1,7 @@
 //! `headroom serve`: the static files of the playground and the dataset chunks.
 
+pub mod load;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;

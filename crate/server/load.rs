@@ -1,0 +1,76 @@
+//! Many clients streaming an epoch from one server at once: every one must get the same
+//! samples in the same order, and the server's memory must not grow with their number.
+
+use futures::future::join_all;
+use serde::Serialize;
+use web_time::Instant;
+
+use crate::data::scan::scan_epoch;
+use crate::data::{DataSource, Split, StreamOptions};
+
+/// What `clients` concurrent readers of one epoch came to.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LoadFigures {
+    pub clients: usize,
+    /// Clients whose epoch arrived whole, with the reference digest.
+    pub correct: usize,
+    /// Clients whose epoch arrived whole but different: must be 0.
+    pub wrong: usize,
+    /// Clients that ended with an error, and the first few errors.
+    pub failed: usize,
+    pub errors: Vec<String>,
+    pub retries: u64,
+    pub seconds: f64,
+}
+
+/// `clients` readers of the training split of the dataset at `url`, all at once, against
+/// `reference`: the order digest one reader alone gets.
+pub async fn stream_concurrently(url: &str, clients: usize, reference: &str) -> LoadFigures {
+    let options = StreamOptions {
+        prefetch: 1,
+        seed: 7,
+        ..StreamOptions::default()
+    };
+    let started = Instant::now();
+    let readers = (0..clients).map(|_| {
+        let options = options.clone();
+        async move {
+            let source = DataSource::open(url, options).await?;
+            let figures = scan_epoch(&source, Split::Train, 0, 256).await?;
+            Ok::<_, crate::data::DataError>((figures.order_digest, source.transport_stats().retries))
+        }
+    });
+    let outcomes = join_all(readers).await;
+    let mut figures = LoadFigures {
+        clients,
+        seconds: started.elapsed().as_secs_f64(),
+        ..LoadFigures::default()
+    };
+    for outcome in outcomes {
+        match outcome {
+            Ok((digest, retries)) => {
+                figures.retries += retries;
+                if digest == reference {
+                    figures.correct += 1;
+                } else {
+                    figures.wrong += 1;
+                }
+            }
+            Err(error) => {
+                figures.failed += 1;
+                if figures.errors.len() < 3 {
+                    figures.errors.push(error.to_string());
+                }
+            }
+        }
+    }
+    figures
+}
+
+/// The peak resident memory of process `pid` (Linux's VmHWM), where the system says.
+pub fn peak_rss(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
