@@ -30,7 +30,7 @@ async function measure(server, run, backend) {
     await page.evaluate(() => (document.getElementById("micro-batch").value = "auto"));
     await page.click("#start");
     await page.waitForFunction(() => playground.state === "ended", null, { timeout: 600000 });
-    const log = await page.evaluate(() => playground.log);
+    const log = await page.evaluate(() => playground.log.entries());
     const steps = log.filter((entry) => entry.event === "step");
     if (steps.length !== run.steps) throw new Error(`${run.name} on ${backend}: ${await page.textContent("#status")}`);
     const memory = log.filter((entry) => entry.event === "step" || entry.event === "memory").map((e) => e.memory ?? e);

@@ -1,9 +1,13 @@
 // Live charts with uPlot: loss and accuracy by step, memory by time. Data arrives
 // many times a second; the charts redraw at most every REDRAW_MS.
 import uPlot from "./node_modules/uplot/dist/uPlot.esm.js";
+import { halve, peakOf, pushBounded } from "./bounded.js";
 import { fillRows, formatBytes, toMiB } from "./format.js";
 
 const REDRAW_MS = 250;
+/// Points a chart keeps: beyond them it halves its resolution (bounded.js), so a long run
+/// holds as much as a short one.
+const CHART_POINTS = 4000;
 const WIDTH_NARROW = 520;
 const WIDTH_WIDE = 820;
 /// A level line (cap, predicted peak) is drawn only when it lies within this multiple of
@@ -153,7 +157,23 @@ export class Charts {
     this.steps.x.push(step);
     this.steps.train.push(loss);
     this.steps.test.push(null);
+    if (this.steps.x.length > CHART_POINTS) this.halveSteps();
     this.touch();
+  }
+
+  /// Half the loss chart's resolution: each pair of points as one, at the later step,
+  /// with the mean of their training losses and whichever test loss they hold.
+  halveSteps() {
+    const { x, train, test } = this.steps;
+    const points = halve(
+      x.map((step, i) => ({ step, train: train[i], test: test[i] })),
+      (a, b) => {
+        const known = [a.train, b.train].filter((v) => v != null);
+        const mean = known.length ? known.reduce((sum, v) => sum + v, 0) / known.length : null;
+        return { step: b.step, train: mean, test: b.test ?? a.test };
+      },
+    );
+    this.steps = { x: points.map((p) => p.step), train: points.map((p) => p.train), test: points.map((p) => p.test) };
   }
 
   addEval(step, loss, accuracy) {
@@ -172,7 +192,7 @@ export class Charts {
 
   addMemory(atMs, sample) {
     const m = { seconds: this.seconds(atMs), ...sample, js_heap_bytes: this.heapBytes };
-    this.samples.push(m);
+    this.samples = pushBounded(this.samples, m, CHART_POINTS, peakOf);
     for (const bytes of [m.gpu_bytes_in_use, countedBytes(m), m.host_bytes, m.js_heap_bytes]) {
       if (bytes != null) this.largest = Math.max(this.largest, toMiB(bytes));
     }

@@ -1,4 +1,5 @@
 // The page: reads the controls, drives the worker, plots what comes back.
+import { MetricsLog } from "./bounded.js";
 import { Charts, countedBytes } from "./charts.js";
 import { listDatasets, offerF16, onModelChange, readRun } from "./controls.js";
 import { fillTable, formatBytes } from "./format.js";
@@ -16,7 +17,9 @@ const charts = new Charts({
   memoryTable: $("memory-table"),
 });
 // Everything the run reported, in order: the metrics download, and what tests read.
-const log = [];
+// Everything a run reported, for the metrics file; steps and memory samples thinned
+// beyond 5,000 each (bounded.js), everything else whole.
+const log = new MetricsLog();
 const page = { state: "loading", charts, log };
 window.playground = page;
 
@@ -288,7 +291,7 @@ $("start").addEventListener("click", () => {
     return;
   }
   charts.reset();
-  log.length = 0;
+  log.clear();
   log.push({ event: "config", at: Date.now(), ...run });
   page.summary = null;
   page.trained = false;
@@ -303,7 +306,7 @@ $("resume").addEventListener("click", () => post({ type: Request.RESUME }));
 $("stop").addEventListener("click", () => post({ type: Request.STOP }));
 $("export-model").addEventListener("click", () => post({ type: Request.EXPORT }));
 $("export-metrics").addEventListener("click", () =>
-  download("headroom-metrics.jsonl", log.map((entry) => `${JSON.stringify(entry)}\n`), "application/x-ndjson"),
+  download("headroom-metrics.jsonl", log.entries().map((entry) => `${JSON.stringify(entry)}\n`), "application/x-ndjson"),
 );
 $("model").addEventListener("change", onModelChange);
 $("run-form").addEventListener("input", schedulePlan);

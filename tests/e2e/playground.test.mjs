@@ -126,7 +126,7 @@ test("the MLP 784-256-10 trains under a 16 MiB cap: the plan includes the data p
   await page.click("#start");
   await page.waitForFunction(() => playground.state === "ended", null, { timeout: 300000 });
   assert.match(await page.textContent("#status"), /^Finished: 12 steps/);
-  const started = await page.evaluate(() => playground.log.find((e) => e.event === "started"));
+  const started = await page.evaluate(() => playground.log.entries().find((e) => e.event === "started"));
   const summary = await page.evaluate(() => playground.summary);
   const samples = await page.evaluate(() => playground.charts.samples);
   assert.ok(samples.length >= 12, `samples: ${samples.length}`);
@@ -242,13 +242,13 @@ test("the GPT trains on Shakespeare in the page under a cap below half its unlev
   await page.click("#start");
   await page.waitForFunction(() => playground.state === "ended", null, { timeout: 600000 });
   assert.match(await page.textContent("#status"), /^Finished: 4 steps, .*test perplexity \d+\.\d+.*tokens\/s/);
-  const started = await page.evaluate(() => playground.log.find((e) => e.event === "started"));
+  const started = await page.evaluate(() => playground.log.entries().find((e) => e.event === "started"));
   assert.ok(started.micro_batch < 32, `micro-batch ${started.micro_batch} under a cap of 45% of the unlevered peak`);
   assert.equal(started.effective_batch, 32);
   const samples = await page.evaluate(() => playground.charts.samples);
   assert.ok(samples.length >= 4, `samples: ${samples.length}`);
   assertEverySampleUnder(samples, capMiB * MIB);
-  const texts = await page.evaluate(() => playground.log.filter((e) => e.event === "sample").map((e) => e.text));
+  const texts = await page.evaluate(() => playground.log.entries().filter((e) => e.event === "sample").map((e) => e.text));
   assert.ok(texts.length >= 2, `samples of text: ${texts.length}`);
   const shown = await page.textContent("#sample-text");
   assert.ok(shown.length > 100 && shown.endsWith(texts.at(-1)), `shown: ${JSON.stringify(shown)}`);
