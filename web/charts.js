@@ -8,6 +8,8 @@ const REDRAW_MS = 250;
 /// Points a chart keeps: beyond them it halves its resolution (bounded.js), so a long run
 /// holds as much as a short one.
 const CHART_POINTS = 4000;
+const MIN_WIDTH = 240;
+const SUMMARY_MS = 10000;
 const WIDTH_NARROW = 520;
 const WIDTH_WIDE = 820;
 /// A level line (cap, predicted peak) is drawn only when it lies within this multiple of
@@ -72,9 +74,20 @@ function markersPlugin(markers) {
   };
 }
 
+/// Keeps `plot` as wide as `element`, which follows the page's layout.
+function followWidth(plot, element, height) {
+  new ResizeObserver(() => {
+    const width = Math.max(MIN_WIDTH, Math.floor(element.clientWidth));
+    if (width !== plot.width) plot.setSize({ width, height });
+  }).observe(element);
+}
+
 export class Charts {
-  constructor({ loss, accuracy, memory, memoryTable }) {
+  constructor({ loss, accuracy, memory, memoryTable, summary }) {
     this.memoryTable = memoryTable;
+    // The charts' latest figures in words, for screen readers, at most every SUMMARY_MS.
+    this.summary = summary;
+    this.summarizedAt = 0;
     this.markers = [];
     this.loss = new uPlot(
       {
@@ -123,6 +136,9 @@ export class Charts {
     );
     this.memory.series[6].dash = [6, 4];
     this.memory.series[7].dash = [2, 3];
+    followWidth(this.loss, loss, 220);
+    followWidth(this.accuracy, accuracy, 220);
+    followWidth(this.memory, memory, 280);
     this.reset();
   }
 
@@ -283,5 +299,27 @@ export class Charts {
       s.map(() => predicted),
     ]);
     this.fillMemoryTable();
+    this.summarize();
+  }
+
+  /// The latest figures in words, into the live region (at most every SUMMARY_MS, and
+  /// never while nothing was drawn).
+  summarize() {
+    const now = Date.now();
+    if (!this.summary || this.steps.x.length === 0 || now - this.summarizedAt < SUMMARY_MS) return;
+    this.summarizedAt = now;
+    const last = (values) => values.findLast((v) => v != null);
+    const parts = [`Step ${this.steps.x.at(-1)}`];
+    const train = last(this.steps.train);
+    if (train != null) parts.push(`training loss ${train.toFixed(3)}`);
+    const test = last(this.steps.test);
+    if (test != null) parts.push(`test loss ${test.toFixed(3)}`);
+    const accuracy = this.acc.y.at(-1);
+    if (accuracy != null) parts.push(`test accuracy ${(accuracy * 100).toFixed(1)}%`);
+    const counted = this.samples.map(countedBytes).filter((v) => v != null);
+    if (counted.length) {
+      parts.push(`memory counted against the cap ${formatBytes(counted.at(-1))}, peak ${formatBytes(Math.max(...counted))}`);
+    }
+    this.summary.textContent = `${parts.join(", ")}.`;
   }
 }

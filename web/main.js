@@ -15,6 +15,7 @@ const charts = new Charts({
   accuracy: $("accuracy-chart"),
   memory: $("memory-chart"),
   memoryTable: $("memory-table"),
+  summary: $("chart-summary"),
 });
 // Everything the run reported, in order: the metrics download, and what tests read.
 // Everything a run reported, for the metrics file; steps and memory samples thinned

@@ -72,7 +72,14 @@ test("the MLP trains on Fashion-MNIST chunks on WebGPU under a 256 MiB cap, and 
   const metrics = String(await downloaded(page, "#export-metrics")).trim().split("\n").map((line) => JSON.parse(line));
   assert.equal(metrics.filter((entry) => entry.event === "step").length, TRAIN_STEPS);
   assert.ok(metrics.some((entry) => entry.event === "finished"));
+  // The charts in words for screen readers, and charts that follow the window's width.
+  assert.match(await page.textContent("#chart-summary"), /^Step \d+, training loss [\d.]+.*memory counted against the cap [\d.]+ MiB, peak/);
   await page.screenshot({ path: join(artifacts, "playground.png"), fullPage: true });
+  const wide = await page.evaluate(() => playground.charts.memory.width);
+  await page.setViewportSize({ width: 640, height: 900 });
+  await page.waitForFunction((before) => playground.charts.memory.width < before, wide);
+  const narrow = await page.evaluate(() => ({ chart: playground.charts.memory.width, page: document.documentElement.clientWidth }));
+  assert.ok(narrow.chart <= narrow.page, JSON.stringify(narrow));
   assert.deepEqual(problems, []);
   await page.close();
 });
