@@ -203,18 +203,16 @@ async fn bad_options_are_refused_with_a_reason() {
     assert!(error.to_string().contains("prefetch 1000"), "{error}");
 }
 
-/// A reader suspended (as for evaluation) between batches holds nothing while suspended,
-/// and reads on with exactly the batches an uninterrupted reader gives.
-#[tokio::test]
-async fn a_suspended_reader_releases_its_chunks_and_reads_on_from_the_same_sample() {
-    let dataset = synthetic_dataset(2300, 500, Codec::Deflate);
-    let source = open(&dataset, options(2, 5, true)).await;
-    let all = records_streamed(&source, Split::Train, 3, 300).await;
-    let mut reader = BatchReader::suspendable(&source, Split::Train, 3, 2);
-    let mut records = Vec::new();
-    let sample_bytes = dataset.manifest.sample_bytes();
-    let mut suspended = 0;
-    while let Some(batch) = reader.next_batch(300).await.unwrap() {
+/// Every record `reader` gives in batches of `batch`, suspending it after each batch and
+/// checking that it then holds nothing; and how many times it was suspended.
+async fn read_suspending_after_each_batch(
+    source: &DataSource,
+    mut reader: BatchReader,
+    batch: usize,
+) -> (Vec<Vec<u8>>, usize) {
+    let sample_bytes = source.manifest().sample_bytes();
+    let (mut records, mut suspended) = (Vec::new(), 0);
+    while let Some(batch) = reader.next_batch(batch).await.unwrap() {
         for (label, record) in batch.labels.iter().zip(batch.features.chunks_exact(sample_bytes)) {
             records.push([&[*label], record].concat());
         }
@@ -229,6 +227,18 @@ async fn a_suspended_reader_releases_its_chunks_and_reads_on_from_the_same_sampl
         assert_eq!(source.memory().bytes_held, 0, "a suspended reader holds no chunk");
         suspended += 1;
     }
+    (records, suspended)
+}
+
+/// A reader suspended (as for evaluation) between batches holds nothing while suspended,
+/// and reads on with exactly the batches an uninterrupted reader gives.
+#[tokio::test]
+async fn a_suspended_reader_releases_its_chunks_and_reads_on_from_the_same_sample() {
+    let dataset = synthetic_dataset(2300, 500, Codec::Deflate);
+    let source = open(&dataset, options(2, 5, true)).await;
+    let all = records_streamed(&source, Split::Train, 3, 300).await;
+    let reader = BatchReader::suspendable(&source, Split::Train, 3, 2);
+    let (records, suspended) = read_suspending_after_each_batch(&source, reader, 300).await;
     assert_eq!(suspended, 8);
     assert_eq!(records, all, "the same samples in the same order");
 }
@@ -290,22 +300,8 @@ async fn a_mixing_reader_draws_batches_from_several_chunks_and_reads_every_sampl
         "seeded"
     );
 
-    let mut reader = BatchReader::suspendable(&source, Split::Train, 0, 1);
-    let mut records = Vec::new();
-    let sample_bytes = dataset.manifest.sample_bytes();
-    while let Some(batch) = reader.next_batch(40).await.unwrap() {
-        for (label, record) in batch.labels.iter().zip(batch.features.chunks_exact(sample_bytes)) {
-            records.push([&[*label], record].concat());
-        }
-        reader.suspend();
-        for _ in 0..100 {
-            if source.memory().bytes_held == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        assert_eq!(source.memory().bytes_held, 0, "a suspended reader holds no chunk");
-    }
+    let reader = BatchReader::suspendable(&source, Split::Train, 0, 1);
+    let (records, _) = read_suspending_after_each_batch(&source, reader, 40).await;
     assert_eq!(
         records, mixed,
         "suspended and resumed: the same samples in the same order"
