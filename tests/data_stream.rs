@@ -26,21 +26,28 @@ async fn open(dataset: &TestDataset, options: StreamOptions) -> DataSource {
         .unwrap()
 }
 
-/// Every (label, features) record of a split, decoded straight from the chunk files.
+/// The (label, features) records of one chunk, decoded straight from its file.
+fn chunk_records(dataset: &TestDataset, entry: &headroom::data::ChunkEntry) -> Vec<Vec<u8>> {
+    let raw = entry
+        .codec
+        .decompress(&read_file(&dataset.dir, &entry.file), entry.raw_bytes)
+        .unwrap();
+    let (labels, features) = raw.split_at(entry.samples);
+    labels
+        .iter()
+        .zip(features.chunks_exact(dataset.manifest.sample_bytes()))
+        .map(|(label, record)| [&[*label], record].concat())
+        .collect()
+}
+
+/// Every record of a split, in file order.
 fn records_in_file_order(dataset: &TestDataset, split: Split) -> Vec<Vec<u8>> {
-    let sample_bytes = dataset.manifest.sample_bytes();
-    let mut records = Vec::new();
-    for entry in dataset.manifest.chunks_of(split) {
-        let raw = entry
-            .codec
-            .decompress(&read_file(&dataset.dir, &entry.file), entry.raw_bytes)
-            .unwrap();
-        let (labels, features) = raw.split_at(entry.samples);
-        for (label, record) in labels.iter().zip(features.chunks_exact(sample_bytes)) {
-            records.push([&[*label], record].concat());
-        }
-    }
-    records
+    dataset
+        .manifest
+        .chunks_of(split)
+        .into_iter()
+        .flat_map(|entry| chunk_records(dataset, entry))
+        .collect()
 }
 
 async fn records_streamed(source: &DataSource, split: Split, epoch: u64, batch: usize) -> Vec<Vec<u8>> {
@@ -253,17 +260,14 @@ fn mixing(prefetch: usize, seed: u64, mix: usize) -> StreamOptions {
 /// Which training chunk each record comes from, by its bytes (synthetic records are
 /// distinct).
 fn chunk_of_records(dataset: &TestDataset) -> std::collections::HashMap<Vec<u8>, usize> {
-    let sample_bytes = dataset.manifest.sample_bytes();
+    let chunks = dataset.manifest.chunks_of(Split::Train);
     let mut chunk_of = std::collections::HashMap::new();
-    for (index, entry) in dataset.manifest.chunks_of(Split::Train).into_iter().enumerate() {
-        let raw = entry
-            .codec
-            .decompress(&read_file(&dataset.dir, &entry.file), entry.raw_bytes)
-            .unwrap();
-        let (labels, features) = raw.split_at(entry.samples);
-        for (label, record) in labels.iter().zip(features.chunks_exact(sample_bytes)) {
-            chunk_of.insert([&[*label], record].concat(), index);
-        }
+    for (index, entry) in chunks.into_iter().enumerate() {
+        chunk_of.extend(
+            chunk_records(dataset, entry)
+                .into_iter()
+                .map(|record| (record, index)),
+        );
     }
     chunk_of
 }
