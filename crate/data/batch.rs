@@ -89,7 +89,7 @@ impl BatchReader {
             stream: None,
             open: Vec::new(),
             mix: source.mix(split),
-            mixer: shuffle::mixer(source.options().seed, epoch),
+            mixer: source.mixer(epoch),
             drained: false,
             sample_bytes: source.sample_bytes(),
             reopen: Some(Reopen {
@@ -162,16 +162,16 @@ impl BatchReader {
         }))
     }
 
-    /// Opens chunks until `mix` are open or the stream has no more; finished chunks are
-    /// dropped first, so their slots free for prefetch.
+    /// Opens chunks until `mix` are open or the stream has no more. (`next_batch` drops a
+    /// chunk as soon as it is read out, so its slot frees for prefetch.)
     async fn fill(&mut self) -> Result<(), DataError> {
-        self.open.retain(|open| open.left() > 0);
         while self.open.len() < self.mix && !self.drained {
             match self.next_chunk().await? {
-                Some(open) => self.open.push(open),
+                // A chunk this epoch reads nothing of is not held.
+                Some(open) if open.left() > 0 => self.open.push(open),
+                Some(_) => {}
                 None => self.drained = true,
             }
-            self.open.retain(|open| open.left() > 0);
         }
         Ok(())
     }

@@ -15,14 +15,15 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::chunk::{Chunk, Layout, sha256_hex, verify_and_decode};
+use super::chunk::{sha256_hex, verify_and_decode};
 use super::codec::Codec;
 use super::error::DataError;
 use super::import::{generate_synthetic, import_text};
 use super::manifest::{MANIFEST_FILE, Manifest};
 use super::memory::MemoryGauge;
+use super::stream::{self, StreamOptions};
+use super::text;
 use super::writer::WriterOptions;
-use super::{shuffle, stream, text};
 
 /// Tokens per window a text case is read with.
 const WINDOW: usize = 9;
@@ -92,10 +93,12 @@ pub struct Figures {
 /// Runs `cases` mutations of `dataset`, case `i` drawn from `seed` and `i`.
 pub fn run(dataset: &DatasetFiles, seed: u64, cases: usize) -> Figures {
     let mut figures = Figures::default();
+    // Parsed once: every case mutates a copy.
+    let manifest: Value = serde_json::from_str(&dataset.manifest).unwrap_or(Value::Null);
     for case in 0..cases {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         rng.set_stream(case as u64);
-        let (manifest, chunks) = mutated(dataset, &mut rng);
+        let (manifest, chunks) = mutated(manifest.clone(), &dataset.chunks, &mut rng);
         figures.cases += 1;
         match catch_unwind(AssertUnwindSafe(|| open_and_read(&manifest, &chunks))) {
             Ok(Ok(())) => figures.valid += 1,
@@ -121,8 +124,12 @@ pub fn run(dataset: &DatasetFiles, seed: u64, cases: usize) -> Figures {
 /// What opening a dataset and reading an epoch of it does, without the transport.
 pub fn open_and_read(manifest: &str, chunks: &BTreeMap<String, Vec<u8>>) -> Result<(), String> {
     let manifest = Manifest::parse(manifest)?;
-    let window = manifest.is_text().then_some(WINDOW);
-    stream::check_window(&manifest, window).map_err(|e| e.to_string())?;
+    let options = StreamOptions {
+        seed: 1,
+        window: manifest.is_text().then_some(WINDOW),
+        ..StreamOptions::default()
+    };
+    stream::check_window(&manifest, options.window).map_err(|e| e.to_string())?;
     if let Some(vocabulary) = &manifest.vocabulary {
         text::CharTokenizer::from_vocabulary(vocabulary)?;
     }
@@ -132,20 +139,7 @@ pub fn open_and_read(manifest: &str, chunks: &BTreeMap<String, Vec<u8>>) -> Resu
             .get(&entry.file)
             .ok_or_else(|| format!("{} is missing", entry.file))?;
         let raw = verify_and_decode(&manifest, entry, body).map_err(|e| e.to_string())?;
-        let (layout, order) = match window {
-            Some(tokens) => (
-                Layout::Windows { tokens },
-                shuffle::window_offsets(1, 0, index, entry.samples, tokens, true),
-            ),
-            None => (
-                Layout::Records {
-                    samples: entry.samples,
-                    sample_bytes: manifest.sample_bytes(),
-                },
-                shuffle::sample_order(1, 0, index, entry.samples, true),
-            ),
-        };
-        let chunk = Chunk::new(index, entry, layout, raw, order, &gauge);
+        let chunk = stream::epoch_chunk(&manifest, &options, 0, index, raw, &gauge);
         let mut checksum = 0u64;
         for position in 0..chunk.len() {
             let (label, features) = chunk.sample(position);
@@ -156,13 +150,16 @@ pub fn open_and_read(manifest: &str, chunks: &BTreeMap<String, Vec<u8>>) -> Resu
     Ok(())
 }
 
-fn mutated(dataset: &DatasetFiles, rng: &mut ChaCha8Rng) -> (String, BTreeMap<String, Vec<u8>>) {
-    let mut chunks = dataset.chunks.clone();
-    let mut manifest: Value = serde_json::from_str(&dataset.manifest).unwrap_or(Value::Null);
+fn mutated(
+    mut manifest: Value,
+    originals: &BTreeMap<String, Vec<u8>>,
+    rng: &mut ChaCha8Rng,
+) -> (String, BTreeMap<String, Vec<u8>>) {
+    let mut chunks = originals.clone();
     let files: Vec<String> = chunks.keys().cloned().collect();
     if !files.is_empty() && rng.random_bool(0.5) {
         let file = &files[rng.random_range(0..files.len())];
-        let other = dataset.chunks[&files[rng.random_range(0..files.len())]].clone();
+        let other = &originals[&files[rng.random_range(0..files.len())]];
         let body = chunks.get_mut(file).expect("a listed chunk");
         mutate_bytes(body, other, rng);
         if rng.random_bool(0.5) {
@@ -175,13 +172,13 @@ fn mutated(dataset: &DatasetFiles, rng: &mut ChaCha8Rng) -> (String, BTreeMap<St
     let mut text = manifest.to_string();
     if rng.random_bool(0.1) {
         let mut bytes = text.into_bytes();
-        mutate_bytes(&mut bytes, Vec::new(), rng);
+        mutate_bytes(&mut bytes, &[], rng);
         text = String::from_utf8_lossy(&bytes).into_owned();
     }
     (text, chunks)
 }
 
-fn mutate_bytes(body: &mut Vec<u8>, other: Vec<u8>, rng: &mut ChaCha8Rng) {
+fn mutate_bytes(body: &mut Vec<u8>, other: &[u8], rng: &mut ChaCha8Rng) {
     match rng.random_range(0..5) {
         0 => body.truncate(rng.random_range(0..=body.len())),
         1 if !body.is_empty() => {
@@ -189,7 +186,7 @@ fn mutate_bytes(body: &mut Vec<u8>, other: Vec<u8>, rng: &mut ChaCha8Rng) {
             body[at] ^= 1 << rng.random_range(0..8);
         }
         2 => body.extend((0..rng.random_range(1..64)).map(|_| rng.random::<u8>())),
-        3 => *body = other,
+        3 => *body = other.to_vec(),
         _ => body.clear(),
     }
 }

@@ -220,6 +220,11 @@ impl DataSource {
             })
     }
 
+    /// The seeded draws with which an `epoch`'s reader interleaves its open chunks.
+    pub fn mixer(&self, epoch: u64) -> ChaCha8Rng {
+        shuffle::mixer(self.shared.options.seed, epoch)
+    }
+
     /// The sizes of `split`'s chunks, and how many a reader holds open, that decide what a
     /// stream of them holds.
     pub fn footprint(&self, split: Split) -> ChunkFootprint {
@@ -312,7 +317,7 @@ impl DataSource {
             remaining,
             failed: false,
             mix,
-            mixer: shuffle::mixer(self.shared.options.seed, epoch),
+            mixer: self.mixer(epoch),
         })
     }
 
@@ -412,7 +417,27 @@ async fn fetch_chunk(shared: &Shared, epoch: u64, index: usize) -> Result<Chunk,
         .counters
         .bytes
         .fetch_add(entry.compressed_bytes as u64, Ordering::Relaxed);
-    let options = &shared.options;
+    Ok(epoch_chunk(
+        manifest,
+        &shared.options,
+        epoch,
+        index,
+        raw,
+        &shared.gauge,
+    ))
+}
+
+/// Chunk `index`'s verified, decoded bytes as `epoch` reads them: records or windows, in
+/// that epoch's seeded order.
+pub(crate) fn epoch_chunk(
+    manifest: &Manifest,
+    options: &StreamOptions,
+    epoch: u64,
+    index: usize,
+    raw: Vec<u8>,
+    gauge: &MemoryGauge,
+) -> Chunk {
+    let entry = &manifest.chunks[index];
     let layout = layout(manifest, options, entry);
     let order = match layout {
         Layout::Records { samples, .. } => {
@@ -422,7 +447,7 @@ async fn fetch_chunk(shared: &Shared, epoch: u64, index: usize) -> Result<Chunk,
             shuffle::window_offsets(options.seed, epoch, index, entry.samples, tokens, options.shuffle)
         }
     };
-    Ok(Chunk::new(index, entry, layout, raw, order, &shared.gauge))
+    Chunk::new(index, entry, layout, raw, order, gauge)
 }
 
 fn layout(manifest: &Manifest, options: &StreamOptions, entry: &ChunkEntry) -> Layout {
