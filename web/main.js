@@ -17,9 +17,8 @@ const charts = new Charts({
   memoryTable: $("memory-table"),
   summary: $("chart-summary"),
 });
-// Everything the run reported, in order: the metrics download, and what tests read.
-// Everything a run reported, for the metrics file; steps and memory samples thinned
-// beyond 5,000 each (bounded.js), everything else whole.
+// Everything a run reported, for the metrics file and what tests read; steps and memory
+// samples thinned beyond 5,000 each (bounded.js), everything else whole.
 const log = new MetricsLog();
 const page = { state: "loading", charts, log };
 window.playground = page;

@@ -14,18 +14,17 @@ function describe(error) {
   return error?.message ?? String(error);
 }
 
-/// The kind the wasm module gave the error (Rust's ErrorKind); a trap in the module is a
-/// crash; anything else the worker raised itself.
+/// The kind the error carries (Rust's ErrorKind from the wasm module, or `busy` from
+/// `refuse`); a trap in the module is a crash; anything else has no kind.
 function kindOf(error) {
   if (typeof error?.kind === "string") return error.kind;
   if (error instanceof WebAssembly.RuntimeError) return ErrorKind.CRASHED;
-  return error?.workerKind ?? ErrorKind.BUSY;
+  return undefined;
 }
 
+/// A request the worker cannot take now.
 function refuse(message) {
-  const error = new Error(message);
-  error.workerKind = ErrorKind.BUSY;
-  return error;
+  return Object.assign(new Error(message), { kind: ErrorKind.BUSY });
 }
 
 const run = { training: null, state: "idle", wake: null };

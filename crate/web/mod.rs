@@ -25,8 +25,11 @@ pub(crate) fn to_js<T: serde::Serialize>(value: &T) -> Result<JsValue, JsValue> 
 /// shows the message, never matching the text.
 pub(crate) fn error_to_js(kind: ErrorKind, error: impl std::fmt::Display) -> JsValue {
     let value: JsValue = js_sys::Error::new(&error.to_string()).into();
-    // Setting a property on a fresh Error cannot fail.
-    let _ = js_sys::Reflect::set(&value, &"kind".into(), &kind.as_str().into());
+    // A unit variant serializes to its name, and setting a property on a fresh Error
+    // cannot fail.
+    if let Ok(kind) = to_js(&kind) {
+        let _ = js_sys::Reflect::set(&value, &"kind".into(), &kind);
+    }
     value
 }
 
