@@ -152,25 +152,12 @@ fn serving_beyond_this_machine_needs_an_explicit_flag() {
 async fn concurrent_clients_all_get_the_same_epoch_and_the_server_stays_small() {
     use headroom::data::scan::scan_epoch;
     use headroom::data::{Codec, DataSource, Split, StreamOptions};
-    use headroom::server::load::{peak_rss, stream_concurrently};
-    use std::io::{BufRead, BufReader};
+    use headroom::server::load::{peak_rss, spawn_serve, stream_concurrently};
 
     let dataset = common::synthetic_dataset(20_000, 1000, Codec::Lz4);
-    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--root"])
-        .arg(dataset.root.path())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap();
-    let url = format!("{}synthetic", base);
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_headroom"));
+    let (mut server, base) = spawn_serve(exe, dataset.root.path()).unwrap();
+    let url = format!("{base}/synthetic");
     let alone = StreamOptions {
         prefetch: 1,
         seed: 7,

@@ -1,9 +1,6 @@
 //! `headroom bench serve`: many clients streaming an epoch from one `headroom serve` at
 //! once; every one must get the reference samples, and the server's memory stays flat.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-
 use clap::Args;
 
 use crate::data::Codec;
@@ -11,7 +8,7 @@ use crate::data::import::generate_synthetic;
 use crate::data::scan::scan_epoch;
 use crate::data::writer::WriterOptions;
 use crate::data::{DataSource, Split, StreamOptions};
-use crate::server::load::{peak_rss, stream_concurrently};
+use crate::server::load::{peak_rss, spawn_serve, stream_concurrently};
 use crate::units::format_bytes;
 
 #[derive(Args)]
@@ -24,25 +21,6 @@ pub struct ServeBenchArgs {
     samples: usize,
 }
 
-/// A `headroom serve` of `root` in its own process, and its URL.
-pub fn spawn_server(root: &std::path::Path) -> anyhow::Result<(Child, String)> {
-    let mut child = Command::new(std::env::current_exe()?)
-        .args(["serve", "--addr", "127.0.0.1:0", "--root"])
-        .arg(root)
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line)?;
-    let url = line
-        .split_whitespace()
-        .find(|word| word.starts_with("http://"))
-        .ok_or_else(|| anyhow::anyhow!("headroom serve said {line:?}"))?
-        .trim_end_matches('/')
-        .to_string();
-    Ok((child, url))
-}
-
 pub async fn bench_serve(args: ServeBenchArgs) -> anyhow::Result<()> {
     let work = tempfile::tempdir()?;
     let options = WriterOptions {
@@ -50,7 +28,7 @@ pub async fn bench_serve(args: ServeBenchArgs) -> anyhow::Result<()> {
         codec: Codec::Lz4,
     };
     generate_synthetic(args.samples, 7, &work.path().join("synthetic"), options)?;
-    let (mut server, url) = spawn_server(work.path())?;
+    let (mut server, url) = spawn_serve(&std::env::current_exe()?, work.path())?;
     let url = format!("{url}/synthetic");
     let alone = StreamOptions {
         prefetch: 1,

@@ -1,6 +1,10 @@
 //! Many clients streaming an epoch from one server at once: every one must get the same
 //! samples in the same order, and the server's memory must not grow with their number.
 
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
 use futures::future::join_all;
 use serde::Serialize;
 use web_time::Instant;
@@ -65,6 +69,26 @@ pub async fn stream_concurrently(url: &str, clients: usize, reference: &str) -> 
         }
     }
     figures
+}
+
+/// `headroom serve` of `root` in a process of its own, started from the binary at `exe`,
+/// and the URL it serves on (without the trailing slash).
+pub fn spawn_serve(exe: &Path, root: &Path) -> std::io::Result<(Child, String)> {
+    let mut child = Command::new(exe)
+        .args(["serve", "--addr", "127.0.0.1:0", "--root"])
+        .arg(root)
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let stdout = child.stdout.take().expect("stdout is piped above");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    match line.split_whitespace().find(|word| word.starts_with("http://")) {
+        Some(url) => Ok((child, url.trim_end_matches('/').to_string())),
+        None => {
+            let _ = child.kill();
+            Err(std::io::Error::other(format!("headroom serve said {line:?}")))
+        }
+    }
 }
 
 /// The peak resident memory of process `pid` (Linux's VmHWM), where the system says.
