@@ -83,9 +83,8 @@ pub fn join_location(base: &str, file: &str) -> String {
 }
 
 /// Reads a whole body: over HTTP(S) with the platform's client, or from a local path or
-/// `file://` URL natively.
-/// The body at `location`, refused as [`FetchCause::TooLarge`] once it passes `limit`
-/// bytes (before it is held, where the transport says its length up front).
+/// `file://` URL natively. A body longer than `limit` bytes is refused as
+/// [`FetchCause::TooLarge`], before it is held where the transport says its length up front.
 pub async fn fetch_bytes(location: &str, limit: usize) -> Result<Vec<u8>, FetchCause> {
     #[cfg(not(target_arch = "wasm32"))]
     {
