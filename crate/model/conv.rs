@@ -48,7 +48,8 @@ impl Conv3x3 {
         let patches = Tensor::stack::<5>(shifted, 2)
             .permute([0, 3, 4, 1, 2])
             .reshape([rows, in_channels * 9]);
-        let ones = Tensor::ones([rows, 1], &patches.device());
+        // In the patches' dtype: under f16, fusion refuses a cat of half and f32 tensors.
+        let ones = Tensor::ones([rows, 1], (&patches.device(), patches.dtype()));
         let patches = Tensor::cat(vec![patches, ones], 1);
         let kernel = Tensor::cat(
             vec![
