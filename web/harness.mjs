@@ -51,12 +51,27 @@ export function sharedServerAndBrowser() {
   return shared;
 }
 
-/// Opens the playground and waits until its worker is ready; collects console errors.
+/// What a WebGPU implementation says when a kernel did not compile or launch. Chromium
+/// reports it as a console warning, and the launch looks successful (the loss is garbage),
+/// so a warning that mentions one of these counts as a failure, like any console error.
+const GPU_TROUBLE = /shader|subgroup|validation|WGSL|\[Invalid /i;
+
+/// Collects the page's console errors (its workers' included: Playwright reports them on
+/// the page), its WebGPU warnings and its uncaught exceptions into `problems`.
+export function watchProblems(page, problems) {
+  page.on("console", (message) => {
+    const type = message.type();
+    if (type === "error" || (type === "warning" && GPU_TROUBLE.test(message.text()))) problems.push(message.text());
+  });
+  page.on("pageerror", (error) => problems.push(error.message));
+}
+
+/// Opens the playground and waits until its worker is ready; collects problems
+/// (`watchProblems`).
 export async function openPlayground(browser, url) {
   const page = await browser.newPage({ viewport: { width: 1200, height: 900 }, acceptDownloads: true });
   const problems = [];
-  page.on("console", (message) => message.type() === "error" && problems.push(message.text()));
-  page.on("pageerror", (error) => problems.push(error.message));
+  watchProblems(page, problems);
   await page.goto(url);
   await page.waitForFunction(() => document.getElementById("status").textContent === "Ready.");
   return { page, problems };

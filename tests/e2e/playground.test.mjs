@@ -264,3 +264,20 @@ test("the GPT trains on Shakespeare in the page under a cap below half its unlev
   assert.deepEqual(problems, []);
   await page.close();
 });
+
+test("a WebGPU shader that fails to compile is caught as a problem, though Chromium only warns", async () => {
+  // The guard every test above relies on (web/harness.mjs, watchProblems): the browser hides
+  // a kernel that did not compile behind a console warning, and the launch looks successful.
+  const { page, problems } = await openPage();
+  await page.evaluate(async () => {
+    const device = await (await navigator.gpu.requestAdapter()).requestDevice();
+    const module = device.createShaderModule({ code: "@compute @workgroup_size(1) fn main() { let x: f32 = missing; }" });
+    device.createComputePipeline({ layout: "auto", compute: { module, entryPoint: "main" } });
+    await device.queue.onSubmittedWorkDone();
+  });
+  // Chromium delivers the warnings a moment after the calls return.
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  assert.ok(problems.some((text) => /WGSL/.test(text)), JSON.stringify(problems));
+  assert.ok(problems.some((text) => /Invalid ShaderModule/.test(text)), JSON.stringify(problems));
+  await page.close();
+});
