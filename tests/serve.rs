@@ -13,13 +13,23 @@ struct Site {
     addr: SocketAddr,
 }
 
+const WASM: &[u8] = b"\0asm\x01\0\0\0";
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(bytes).unwrap();
+    encoder.finish().unwrap()
+}
+
 /// `<tmp>/secret.txt` beside the served root `<tmp>/site/`.
 async fn site() -> Site {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("site");
     std::fs::create_dir_all(root.join("pkg")).unwrap();
     std::fs::write(root.join("index.html"), "<!doctype html><title>headroom</title>").unwrap();
-    std::fs::write(root.join("pkg/headroom_bg.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    std::fs::write(root.join("pkg/headroom_bg.wasm"), WASM).unwrap();
+    std::fs::write(root.join("pkg/headroom_bg.wasm.gz"), gzip(WASM)).unwrap();
     std::fs::write(root.join("chunk.bin"), (0..=255u8).collect::<Vec<u8>>()).unwrap();
     std::fs::write(dir.path().join("secret.txt"), "do not serve").unwrap();
     let addr = spawn_local(root, "127.0.0.1:0".parse().unwrap()).await.unwrap();
@@ -51,6 +61,28 @@ async fn pages_are_cross_origin_isolated_and_wasm_has_its_mime_type() {
         .await
         .unwrap();
     assert_eq!(wasm.headers()["content-type"], "application/wasm");
+}
+
+#[tokio::test]
+async fn a_client_that_accepts_gzip_gets_the_precompressed_file_and_others_the_plain_one() {
+    let site = site().await;
+    let client = reqwest::Client::new();
+    let url = format!("http://{}/pkg/headroom_bg.wasm", site.addr);
+    let compressed = client
+        .get(&url)
+        .header("Accept-Encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(compressed.headers()["content-encoding"], "gzip");
+    assert_eq!(compressed.headers()["content-type"], "application/wasm");
+    let body = compressed.bytes().await.unwrap();
+    let mut unpacked = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&body[..]), &mut unpacked).unwrap();
+    assert_eq!(unpacked, WASM);
+    let plain = client.get(&url).send().await.unwrap();
+    assert!(!plain.headers().contains_key("content-encoding"));
+    assert_eq!(plain.bytes().await.unwrap(), WASM);
 }
 
 #[tokio::test]

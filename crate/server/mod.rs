@@ -18,6 +18,12 @@ fn always(name: HeaderName, value: &'static str) -> SetResponseHeaderLayer<Heade
     SetResponseHeaderLayer::overriding(name, HeaderValue::from_static(value))
 }
 
+/// Files under `root`; where `NAME.br` or `NAME.gz` lies beside `NAME` (web/build-wasm
+/// writes them for the wasm module), a client that accepts that encoding gets it.
+fn static_files(root: PathBuf) -> ServeDir {
+    ServeDir::new(root).precompressed_br().precompressed_gzip()
+}
+
 /// ServeDir answers Range (206), ETag/Last-Modified revalidation (304) and refuses paths
 /// that leave the root. The headers make the page cross-origin isolated, which it needs
 /// to measure its own memory, while still letting other origins read the chunks.
@@ -36,10 +42,10 @@ pub fn router(root: PathBuf, web: Option<PathBuf>) -> Router {
         ]);
     let mut router = Router::new();
     if let Some(web) = web {
-        router = router.nest_service("/web", ServeDir::new(web));
+        router = router.nest_service("/web", static_files(web));
     }
     router
-        .fallback_service(ServeDir::new(root))
+        .fallback_service(static_files(root))
         .layer(always(
             HeaderName::from_static("cross-origin-opener-policy"),
             "same-origin",

@@ -1,0 +1,23 @@
+// Writes FILE.br (brotli, quality 11) and FILE.gz (gzip -9) beside each FILE given, for
+// servers that send a precompressed file to a browser that accepts it (`headroom serve`
+// does); prints the sizes.
+import { readFileSync, renameSync, writeFileSync } from "node:fs";
+import { brotliCompressSync, constants, gzipSync } from "node:zlib";
+
+const mib = (bytes) => (bytes / 2 ** 20).toFixed(2);
+
+for (const file of process.argv.slice(2)) {
+  const bytes = readFileSync(file);
+  const variants = {
+    br: brotliCompressSync(bytes, {
+      params: { [constants.BROTLI_PARAM_QUALITY]: 11, [constants.BROTLI_PARAM_SIZE_HINT]: bytes.length },
+    }),
+    gz: gzipSync(bytes, { level: 9 }),
+  };
+  for (const [suffix, packed] of Object.entries(variants)) {
+    // Written whole, then renamed: a server never sends half a file.
+    writeFileSync(`${file}.${suffix}.partial`, packed);
+    renameSync(`${file}.${suffix}.partial`, `${file}.${suffix}`);
+  }
+  console.log(`${file}: ${mib(bytes.length)} MiB, brotli ${mib(variants.br.length)} MiB, gzip ${mib(variants.gz.length)} MiB`);
+}
