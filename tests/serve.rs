@@ -182,21 +182,14 @@ fn serving_beyond_this_machine_needs_an_explicit_flag() {
 /// grows by less than one chunk per client (`headroom bench serve` runs 200).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_clients_all_get_the_same_epoch_and_the_server_stays_small() {
-    use headroom::data::scan::scan_epoch;
-    use headroom::data::{Codec, DataSource, Split, StreamOptions};
-    use headroom::server::load::{peak_rss, spawn_serve, stream_concurrently};
+    use headroom::data::Codec;
+    use headroom::server::load::{peak_rss, read_epoch, spawn_serve, stream_concurrently};
 
     let dataset = common::synthetic_dataset(20_000, 1000, Codec::Lz4);
     let exe = std::path::Path::new(env!("CARGO_BIN_EXE_headroom"));
     let (mut server, base) = spawn_serve(exe, dataset.root.path()).unwrap();
     let url = format!("{base}/synthetic");
-    let alone = StreamOptions {
-        prefetch: 1,
-        seed: 7,
-        ..StreamOptions::default()
-    };
-    let source = DataSource::open(&url, alone).await.unwrap();
-    let reference = scan_epoch(&source, Split::Train, 0, 256).await.unwrap();
+    let (reference, _) = read_epoch(&url).await.unwrap();
     let before = peak_rss(server.id()).unwrap();
     let clients = 64;
     let figures = stream_concurrently(&url, clients, &reference.order_digest).await;

@@ -5,10 +5,8 @@ use clap::Args;
 
 use crate::data::Codec;
 use crate::data::import::generate_synthetic;
-use crate::data::scan::scan_epoch;
 use crate::data::writer::WriterOptions;
-use crate::data::{DataSource, Split, StreamOptions};
-use crate::server::load::{peak_rss, spawn_serve, stream_concurrently};
+use crate::server::load::{peak_rss, read_epoch, spawn_serve, stream_concurrently};
 use crate::units::format_bytes;
 
 #[derive(Args)]
@@ -30,12 +28,7 @@ pub async fn bench_serve(args: ServeBenchArgs) -> anyhow::Result<()> {
     generate_synthetic(args.samples, 7, &work.path().join("synthetic"), options)?;
     let (mut server, url) = spawn_serve(&std::env::current_exe()?, work.path())?;
     let url = format!("{url}/synthetic");
-    let alone = StreamOptions {
-        prefetch: 1,
-        seed: 7,
-        ..StreamOptions::default()
-    };
-    let reference = scan_epoch(&DataSource::open(&url, alone).await?, Split::Train, 0, 256).await?;
+    let (reference, _) = read_epoch(&url).await?;
     let rss_alone = peak_rss(server.id());
     let figures = stream_concurrently(&url, args.clients, &reference.order_digest).await;
     let rss_loaded = peak_rss(server.id());

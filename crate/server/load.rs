@@ -9,8 +9,8 @@ use futures::future::join_all;
 use serde::Serialize;
 use web_time::Instant;
 
-use crate::data::scan::scan_epoch;
-use crate::data::{DataSource, Split, StreamOptions};
+use crate::data::scan::{EpochFigures, scan_epoch};
+use crate::data::{DataError, DataSource, Split, StreamOptions};
 
 /// What `clients` concurrent readers of one epoch came to.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -27,24 +27,24 @@ pub struct LoadFigures {
     pub seconds: f64,
 }
 
-/// `clients` readers of the training split of the dataset at `url`, all at once, against
-/// `reference`: the order digest one reader alone gets.
-pub async fn stream_concurrently(url: &str, clients: usize, reference: &str) -> LoadFigures {
+/// One reader's epoch 0 of the training split of the dataset at `url`, and the retries it
+/// took. The reference and every concurrent client read it alike, so their digests compare.
+pub async fn read_epoch(url: &str) -> Result<(EpochFigures, u64), DataError> {
     let options = StreamOptions {
         prefetch: 1,
         seed: 7,
         ..StreamOptions::default()
     };
+    let source = DataSource::open(url, options).await?;
+    let figures = scan_epoch(&source, Split::Train, 0, 256).await?;
+    Ok((figures, source.transport_stats().retries))
+}
+
+/// `clients` readers of [`read_epoch`], all at once, against `reference`: the order digest
+/// one reader alone gets.
+pub async fn stream_concurrently(url: &str, clients: usize, reference: &str) -> LoadFigures {
     let started = Instant::now();
-    let readers = (0..clients).map(|_| {
-        let options = options.clone();
-        async move {
-            let source = DataSource::open(url, options).await?;
-            let figures = scan_epoch(&source, Split::Train, 0, 256).await?;
-            Ok::<_, crate::data::DataError>((figures.order_digest, source.transport_stats().retries))
-        }
-    });
-    let outcomes = join_all(readers).await;
+    let outcomes = join_all((0..clients).map(|_| read_epoch(url))).await;
     let mut figures = LoadFigures {
         clients,
         seconds: started.elapsed().as_secs_f64(),
@@ -52,9 +52,9 @@ pub async fn stream_concurrently(url: &str, clients: usize, reference: &str) -> 
     };
     for outcome in outcomes {
         match outcome {
-            Ok((digest, retries)) => {
+            Ok((epoch, retries)) => {
                 figures.retries += retries;
-                if digest == reference {
+                if epoch.order_digest == reference {
                     figures.correct += 1;
                 } else {
                     figures.wrong += 1;

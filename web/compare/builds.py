@@ -25,7 +25,8 @@ WARMUP_STEPS = 3
 def summarise(batch, run):
     """samples/s of the median step after warm-up, and the peak reservation in MiB."""
     seconds = [step["seconds"] for step in run["steps"]]
-    reserved = [step["memory"]["reserved"] or 0 for step in run.get("steps", []) if "memory" in step]
+    # PyTorch's steps carry no memory figure.
+    reserved = [step["memory"]["reserved"] or 0 for step in run["steps"] if "memory" in step]
     return batch / statistics.median(seconds[WARMUP_STEPS:]), max(reserved, default=0) / 2**20
 
 
