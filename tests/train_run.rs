@@ -129,7 +129,7 @@ fn the_cli_trains_writes_metrics_and_saves_the_model() {
     assert_eq!(kinds.iter().filter(|k| **k == "step").count(), 8);
     assert_eq!(kinds.last(), Some(&"finished"));
     assert_eq!(lines[0]["accumulation_steps"], 4);
-    assert!(saved.join("config.json").is_file());
+    assert!(saved.join("run.json").is_file());
 }
 
 #[test]

@@ -64,6 +64,7 @@ export const ErrorKind = Object.freeze({
   DEVICE_LOST: "device-lost",
   READBACK: "readback",
   BUSY: "busy",
+  BAD_CHECKPOINT: "bad-checkpoint",
   /// The wasm module trapped (a Rust panic) or did not load.
   CRASHED: "crashed",
 });

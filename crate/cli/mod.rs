@@ -5,6 +5,8 @@ mod bench_inputs;
 mod bench_pipeline;
 mod bench_serve;
 mod bench_train;
+mod checkpoint_dir;
+mod eval;
 mod model_args;
 mod plan;
 mod prepare;
@@ -37,6 +39,8 @@ enum Command {
     Stream(stream::StreamArgs),
     /// Train a model on a dataset streamed from a URL or folder.
     Train(train::TrainArgs),
+    /// Evaluate a saved run (`train --save` or `--checkpoint-dir`) on a split.
+    Eval(eval::EvalArgs),
     /// Predict the peak memory of training settings and pick the one that fits a cap.
     Plan(plan::PlanArgs),
     /// Benchmarks that print figures.
@@ -60,6 +64,7 @@ pub fn main() -> ExitCode {
             Command::Stream(args) => stream::run(args).await,
             Command::Train(args) => train::run(args).await,
             Command::Plan(args) => plan::run(args).await,
+            Command::Eval(args) => eval::run(args).await,
             Command::Bench(command) => bench::run(command).await,
         }
     });

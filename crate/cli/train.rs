@@ -1,25 +1,30 @@
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
-use burn::module::Module;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::checkpoint_dir;
 use super::model_args::ModelArgs;
 use crate::data::{DataSource, StreamOptions};
 use crate::model::generate::SampleSettings;
+use crate::train::checkpoint;
 use crate::train::config::SampleConfig;
 use crate::train::{
-    BackendKind, Duration, OptimizerConfig, OptimizerKind, Precision, TrainConfig, TrainEvent, Trainer,
+    BackendKind, Duration, OptimizerConfig, OptimizerKind, Precision, Progress, TrainConfig, TrainEvent,
+    Trainer,
 };
 use crate::units::{format_bytes, parse_bytes};
 
 #[derive(Args)]
 pub struct TrainArgs {
-    /// Dataset URL or folder (the one holding manifest.json).
-    #[arg(long)]
-    data: String,
+    /// Dataset URL or folder (the one holding manifest.json); with --resume, the saved
+    /// run's unless given.
+    #[arg(long, required_unless_present = "resume")]
+    data: Option<String>,
     #[command(flatten)]
     model: ModelArgs,
     /// Hard cap on device memory plus data pipeline, like 256MiB or 1GB.
@@ -104,18 +109,36 @@ pub struct TrainArgs {
     /// Write every event as a JSON line to this file.
     #[arg(long)]
     metrics: Option<PathBuf>,
-    /// Save the trained model and its config into this folder.
+    /// Save the finished run into this folder: the model, its config and the optimizer's
+    /// state, which `headroom eval` evaluates and `--resume` trains on from.
     #[arg(long)]
     save: Option<PathBuf>,
+    /// Save the whole run into this folder every --checkpoint-every steps, and on Ctrl-C.
+    #[arg(long)]
+    checkpoint_dir: Option<PathBuf>,
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    checkpoint_every: u64,
+    /// Go on with the run saved in this folder (by --checkpoint-dir or --save), with its
+    /// settings: the model, optimizer, batch and data flags are not read. --steps or
+    /// --epochs set a new end; checkpoints go on into the same folder unless
+    /// --checkpoint-dir names another.
+    #[arg(long)]
+    resume: Option<PathBuf>,
 }
 
 impl TrainArgs {
+    /// The duration asked for, if any.
+    fn duration(&self) -> Option<Duration> {
+        match (self.steps, self.epochs) {
+            (Some(steps), _) => Some(Duration::Steps(steps)),
+            (None, Some(epochs)) => Some(Duration::Epochs(epochs)),
+            (None, None) => None,
+        }
+    }
+
     fn config(&self) -> TrainConfig {
         let model = self.model.model_config();
-        let duration = match (self.steps, self.epochs) {
-            (Some(steps), _) => Duration::Steps(steps),
-            (None, epochs) => Duration::Epochs(epochs.unwrap_or(1)),
-        };
+        let duration = self.duration().unwrap_or(Duration::Epochs(1));
         TrainConfig {
             model,
             optimizer: OptimizerConfig {
@@ -176,124 +199,219 @@ fn memory_text(memory: &crate::memory::MemorySample) -> String {
         .join(", ")
 }
 
+/// Prints a run's events as they come and writes them to `--metrics`.
+struct Report {
+    bar: ProgressBar,
+    metrics: Option<std::io::BufWriter<std::fs::File>>,
+    write_error: Option<std::io::Error>,
+    last_eval: String,
+    tokens_per_sample: Option<usize>,
+    cap: Option<u64>,
+}
+
+impl Report {
+    fn new(metrics: Option<&PathBuf>, cap: Option<u64>) -> anyhow::Result<Self> {
+        let metrics = match metrics {
+            Some(path) => Some(std::io::BufWriter::new(
+                std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?,
+            )),
+            None => None,
+        };
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} steps {elapsed_precise} eta {eta} | {msg}")
+                .expect("a valid template"),
+        );
+        Ok(Report {
+            bar,
+            metrics,
+            write_error: None,
+            last_eval: String::new(),
+            tokens_per_sample: None,
+            cap,
+        })
+    }
+
+    fn event(&mut self, event: &TrainEvent) {
+        if let Some(out) = self.metrics.as_mut() {
+            let written = serde_json::to_writer(&mut *out, event).map_err(std::io::Error::from);
+            if let Err(error) = written.and_then(|_| out.write_all(b"\n")) {
+                self.write_error.get_or_insert(error);
+            }
+        }
+        match event {
+            TrainEvent::Started(started) => {
+                self.bar.set_length(started.total_steps);
+                self.bar.set_position(started.resumed_at.unwrap_or(0));
+                self.tokens_per_sample = started.tokens_per_sample;
+                self.bar.suspend(|| {
+                    if let Some(note) = &started.precision_note {
+                        println!("note: {note}");
+                    }
+                    let cap = started.cap.map_or(String::new(), |cap| {
+                        format!(", cap {}", format_bytes(cap as usize))
+                    });
+                    println!(
+                        "{} with {} parameters on {}: {} steps of {} samples ({} x {}), {}{}{}, predicted peak {}{}",
+                        started.model,
+                        started.parameters,
+                        started.backend,
+                        started.total_steps,
+                        started.effective_batch,
+                        started.accumulation_steps,
+                        started.micro_batch,
+                        started.precision,
+                        if started.checkpointing { ", activation checkpointing" } else { "" },
+                        cap,
+                        format_bytes(started.predicted_peak as usize),
+                        started.calibrated_peak.map_or(String::new(), |peak| format!(
+                            " (census), {} (calibrated on probe steps)",
+                            format_bytes(peak as usize)
+                        )),
+                    )
+                });
+            }
+            TrainEvent::Enforced(change) => self.bar.suspend(|| {
+                let source = if change.predicted { "predicted" } else { "measured" };
+                println!(
+                    "cap: {} {source} against a cap of {} after step {}: micro-batch {} -> {} ({} accumulated)",
+                    format_bytes(change.peak_bytes as usize),
+                    format_bytes(change.cap as usize),
+                    change.step,
+                    change.from_micro_batch,
+                    change.to_micro_batch,
+                    change.accumulation_steps
+                )
+            }),
+            TrainEvent::Step(step) => {
+                self.bar.set_position(step.step);
+                let cap = self.cap.map_or(String::new(), |cap| {
+                    format!(" of cap {}", format_bytes(cap as usize))
+                });
+                let speed = match self.tokens_per_sample {
+                    Some(tokens) => format!("{:.0} tokens/s", step.samples_per_sec * tokens as f64),
+                    None => format!("{:.0} samples/s", step.samples_per_sec),
+                };
+                self.bar.set_message(format!(
+                    "loss {:.4}{} | {speed} | micro {} | {}{cap}",
+                    step.loss,
+                    self.last_eval,
+                    step.micro_batch,
+                    memory_text(&step.memory)
+                ));
+            }
+            TrainEvent::Eval(eval) => {
+                self.last_eval = format!(" | test acc {:.2}%", 100.0 * eval.accuracy);
+                self.bar.suspend(|| {
+                    println!(
+                        "step {}: test loss {:.4}, perplexity {:.2}, accuracy {:.2}%",
+                        eval.step,
+                        eval.loss,
+                        eval.perplexity,
+                        100.0 * eval.accuracy
+                    )
+                });
+            }
+            TrainEvent::Sample(sample) => self.bar.suspend(|| {
+                println!("step {} sample:\n{}{}\n", sample.step, sample.prompt, sample.text)
+            }),
+            TrainEvent::Finished(_) => self.bar.finish_and_clear(),
+        }
+    }
+
+    /// Flushes the metrics file; the first error writing it, if any.
+    fn finish(self) -> anyhow::Result<()> {
+        if let Some(error) = self.write_error {
+            return Err(error).context("writing metrics");
+        }
+        if let Some(mut out) = self.metrics {
+            out.flush().context("writing metrics")?;
+        }
+        Ok(())
+    }
+}
+
+/// The trainer and its progress: a fresh run, or the one saved in `--resume`'s folder. Also
+/// the data location the run reads.
+async fn start(args: &TrainArgs) -> anyhow::Result<(Trainer, Progress, DataSource, String)> {
+    let (device, backend) = (args.backend.device(), args.backend.name());
+    let Some(dir) = &args.resume else {
+        let config = args.config();
+        let data = args.data.clone().context("--data is required")?;
+        let source = DataSource::open(&data, config.stream_options()).await?;
+        let trainer = Trainer::new(config, &source, device, backend)?;
+        return Ok((trainer, Progress::default(), source, data));
+    };
+    let (saved_data, saved) = checkpoint_dir::load(dir)?;
+    let data = args.data.clone().unwrap_or(saved_data);
+    let source = DataSource::open(&data, saved.state.config.stream_options()).await?;
+    let duration = args.duration();
+    let (trainer, progress) = checkpoint::restore(
+        &saved,
+        |config| config.duration = duration.unwrap_or(config.duration),
+        &source,
+        device,
+        backend,
+    )?;
+    println!(
+        "resuming the run saved in {} at step {}",
+        dir.display(),
+        trainer.step()
+    );
+    Ok((trainer, progress, source, data))
+}
+
+/// Set by Ctrl-C: the run stops after the step under way, saving itself first where it
+/// has a checkpoint folder.
+fn interrupt_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let set = flag.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            set.store(true, Ordering::SeqCst);
+        }
+    });
+    flag
+}
+
 pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
     if let Some(why) = args.backend.unavailable() {
         anyhow::bail!(why);
     }
-    let config = args.config();
-    let source = DataSource::open(&args.data, config.stream_options()).await?;
-    let mut metrics = match &args.metrics {
-        Some(path) => Some(std::io::BufWriter::new(
-            std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?,
-        )),
-        None => None,
+    let (mut trainer, mut progress, source, data) = start(&args).await?;
+    let config = trainer.config().clone();
+    let checkpoints = args.checkpoint_dir.clone().or_else(|| args.resume.clone());
+    let save = |trainer: &Trainer, progress: &Progress, dir: &PathBuf| -> anyhow::Result<()> {
+        let saved = checkpoint::capture(trainer, progress, &source)?;
+        checkpoint_dir::save(dir, &data, &saved)
     };
-    let mut trainer = Trainer::new(
-        config.clone(),
-        &source,
-        args.backend.device(),
-        args.backend.name(),
-    )?;
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} steps {elapsed_precise} eta {eta} | {msg}")
-            .expect("a valid template"),
-    );
-    let mut last_eval = String::new();
-    let mut tokens_per_sample = None;
-    let mut write_error = None;
-    let summary = trainer
-        .run(&source, |event| {
-            if let Some(out) = metrics.as_mut() {
-                let written = serde_json::to_writer(&mut *out, event).map_err(std::io::Error::from);
-                if let Err(error) = written.and_then(|_| out.write_all(b"\n")) {
-                    write_error.get_or_insert(error);
-                }
-            }
-            match event {
-                TrainEvent::Started(started) => {
-                    bar.set_length(started.total_steps);
-                    tokens_per_sample = started.tokens_per_sample;
-                    bar.suspend(|| {
-                        if let Some(note) = &started.precision_note {
-                            println!("note: {note}");
-                        }
-                        let cap = started.cap.map_or(String::new(), |cap| {
-                            format!(", cap {}", format_bytes(cap as usize))
-                        });
-                        println!(
-                            "{} with {} parameters on {}: {} steps of {} samples ({} x {}), {}{}{}, predicted peak {}{}",
-                            started.model,
-                            started.parameters,
-                            started.backend,
-                            started.total_steps,
-                            started.effective_batch,
-                            started.accumulation_steps,
-                            started.micro_batch,
-                            started.precision,
-                            if started.checkpointing { ", activation checkpointing" } else { "" },
-                            cap,
-                            format_bytes(started.predicted_peak as usize),
-                            started.calibrated_peak.map_or(String::new(), |peak| format!(
-                                " (census), {} (calibrated on probe steps)",
-                                format_bytes(peak as usize)
-                            )),
-                        )
-                    });
-                }
-                TrainEvent::Enforced(change) => bar.suspend(|| {
-                    let source = if change.predicted { "predicted" } else { "measured" };
-                    println!(
-                        "cap: {} {source} against a cap of {} after step {}: micro-batch {} -> {} ({} accumulated)",
-                        format_bytes(change.peak_bytes as usize),
-                        format_bytes(change.cap as usize),
-                        change.step,
-                        change.from_micro_batch,
-                        change.to_micro_batch,
-                        change.accumulation_steps
-                    )
-                }),
-                TrainEvent::Step(step) => {
-                    bar.set_position(step.step);
-                    let cap = config.cap.map_or(String::new(), |cap| {
-                        format!(" of cap {}", format_bytes(cap as usize))
-                    });
-                    let speed = match tokens_per_sample {
-                        Some(tokens) => format!("{:.0} tokens/s", step.samples_per_sec * tokens as f64),
-                        None => format!("{:.0} samples/s", step.samples_per_sec),
-                    };
-                    bar.set_message(format!(
-                        "loss {:.4}{last_eval} | {speed} | micro {} | {}{cap}",
-                        step.loss,
-                        step.micro_batch,
-                        memory_text(&step.memory)
-                    ));
-                }
-                TrainEvent::Eval(eval) => {
-                    last_eval = format!(" | test acc {:.2}%", 100.0 * eval.accuracy);
-                    bar.suspend(|| {
-                        println!(
-                            "step {}: test loss {:.4}, perplexity {:.2}, accuracy {:.2}%",
-                            eval.step,
-                            eval.loss,
-                            eval.perplexity,
-                            100.0 * eval.accuracy
-                        )
-                    });
-                }
-                TrainEvent::Sample(sample) => bar.suspend(|| {
-                    println!("step {} sample:\n{}{}\n", sample.step, sample.prompt, sample.text)
-                }),
-                TrainEvent::Finished(_) => bar.finish_and_clear(),
-            }
-        })
-        .await?;
-    if let Some(error) = write_error {
-        return Err(error).context("writing metrics");
-    }
-    if let Some(mut out) = metrics {
-        out.flush()?;
-    }
+    let interrupted = interrupt_flag();
+    let mut report = Report::new(args.metrics.as_ref(), config.cap)?;
+    let summary = loop {
+        let before = trainer.step();
+        for event in progress.advance(&mut trainer, &source).await? {
+            report.event(&event);
+        }
+        if let Some(summary) = progress.summary() {
+            break summary.clone();
+        }
+        let stop = interrupted.load(Ordering::SeqCst);
+        let due = trainer.step() > before && trainer.step() % args.checkpoint_every == 0;
+        if let Some(dir) = checkpoints.as_ref().filter(|_| due || stop) {
+            report.bar.suspend(|| save(&trainer, &progress, dir))?;
+        }
+        if stop {
+            report.bar.abandon();
+            let saved = checkpoints.as_ref().map_or(String::new(), |dir| {
+                format!(
+                    "; saved in {0}: go on with headroom train --resume {0}",
+                    dir.display()
+                )
+            });
+            anyhow::bail!("interrupted after step {}{saved}", trainer.step());
+        }
+    };
+    report.finish()?;
     println!(
         "done: {} steps, {} samples in {:.1} s ({:.0} samples/s), final loss {:.4}",
         summary.steps, summary.samples_seen, summary.seconds, summary.samples_per_sec, summary.final_loss
@@ -322,14 +440,11 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(dir) = &args.save {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&config)?)?;
-        trainer
-            .model()
-            .clone()
-            .save_file(dir.join("model"))
-            .context("saving the model")?;
-        println!("saved the model and its config to {}", dir.display());
+        save(&trainer, &progress, dir)?;
+        println!(
+            "saved the run to {0}: headroom eval {0} evaluates it, headroom train --resume {0} --steps N trains on",
+            dir.display()
+        );
     }
     Ok(())
 }

@@ -28,6 +28,20 @@ impl Batch {
     }
 }
 
+/// Where a suspendable reader is in its epoch, enough to open another reader that goes on
+/// from the same sample with the same draws (what a checkpoint keeps of the data stream).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReaderPosition {
+    pub epoch: u64,
+    /// Chunks of the epoch's order handed out so far.
+    pub taken: usize,
+    /// The chunks open, in the order held: position in the epoch's order, samples read.
+    pub open: Vec<(usize, usize)>,
+    /// The mixer's place in its ChaCha stream (words drawn), as a decimal string: JSON
+    /// numbers do not hold 128 bits everywhere.
+    pub mixer_words: String,
+}
+
 /// How a suspended reader opens its stream again.
 struct Reopen {
     source: DataSource,
@@ -101,6 +115,59 @@ impl BatchReader {
                 resume: VecDeque::new(),
             }),
         }
+    }
+
+    /// The reader made by [`position`](Self::position), read on from there: the same
+    /// samples in the same order as the reader it was taken from. The reason, where the
+    /// position cannot belong to `source` (a chunk it does not have).
+    pub fn resume(
+        source: &DataSource,
+        split: Split,
+        position: &ReaderPosition,
+        prefetch: usize,
+    ) -> Result<Self, String> {
+        let chunks = source.chunk_order(split, position.epoch).len();
+        let words: u128 = position
+            .mixer_words
+            .parse()
+            .map_err(|_| format!("the mixer count {:?} is not a number", position.mixer_words))?;
+        let outside = position
+            .open
+            .iter()
+            .any(|&(order_position, _)| order_position >= chunks);
+        if position.taken > chunks || outside {
+            return Err(format!(
+                "the {split} stream position names chunks past the {chunks} this dataset has"
+            ));
+        }
+        let mut reader = Self::suspendable(source, split, position.epoch, prefetch);
+        reader.mixer.set_word_pos(words);
+        let reopen = reader.reopen.as_mut().expect("a suspendable reader can reopen");
+        reopen.taken = position.taken;
+        reopen.resume = position.open.iter().copied().collect();
+        Ok(reader)
+    }
+
+    /// Where this reader is, for [`resume`](Self::resume); `None` for a reader made with
+    /// `new`, which cannot reopen.
+    pub fn position(&self) -> Option<ReaderPosition> {
+        let reopen = self.reopen.as_ref()?;
+        // Suspended, the open chunks are in `resume`; reading, in `open`.
+        let open = if self.stream.is_none() {
+            reopen.resume.iter().copied().collect()
+        } else {
+            self.open
+                .iter()
+                .filter(|open| open.left() > 0)
+                .map(|open| (open.order_position, open.position))
+                .collect()
+        };
+        Some(ReaderPosition {
+            epoch: reopen.epoch,
+            taken: reopen.taken,
+            open,
+            mixer_words: self.mixer.get_word_pos().to_string(),
+        })
     }
 
     /// Releases every chunk held, those being read and those fetched ahead, so that

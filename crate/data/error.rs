@@ -49,6 +49,8 @@ pub enum ErrorKind {
     Readback,
     /// A request came while the run was busy with another.
     Busy,
+    /// A saved run cannot be read or does not fit the dataset and model it names.
+    BadCheckpoint,
 }
 
 impl FetchCause {

@@ -24,7 +24,7 @@ pub mod text;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod writer;
 
-pub use batch::{Batch, BatchReader};
+pub use batch::{Batch, BatchReader, ReaderPosition};
 pub use chunk::Chunk;
 pub use codec::Codec;
 pub use error::{DataError, ErrorKind, FetchCause};

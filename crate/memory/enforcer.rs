@@ -2,7 +2,7 @@
 //! smaller micro-batch. Accumulation grows to match, so the effective batch (and the
 //! math) stays the same.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The share of the cap a step may use before the next one is shrunk: a step can allocate
 /// what the one before did not (optimizer state on the first update, a new page), so the
@@ -19,7 +19,7 @@ pub enum Verdict {
 }
 
 /// Why and when the micro-batch changed.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Enforcement {
     /// The step after which it changed (0: before training, from the plan).
     pub step: u64,
@@ -42,7 +42,7 @@ pub fn smaller_micro_batch(micro_batch: usize, effective_batch: usize) -> Option
 /// having: the peak is parameters, optimizer state or cached pages, not activations.
 const RELIEF: f64 = 0.02;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Enforcer {
     pub cap: u64,
     /// The peak that caused the last shrink.

@@ -1,12 +1,12 @@
 use burn::prelude::Device;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::data::MemoryGauge;
 use crate::platform;
 
 /// Memory at one moment, from every source a run can read. `None` where the backend or
 /// platform does not report a figure (ndarray has no device pool).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemorySample {
     /// Bytes of live device allocations.
     pub gpu_bytes_in_use: Option<u64>,

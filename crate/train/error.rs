@@ -27,6 +27,8 @@ pub enum TrainError {
     CapExceeded { step: u64, peak: String, cap: String },
     #[error("reading a result back from the device failed: {0}")]
     Readback(String),
+    #[error("the saved run cannot be used: {0}")]
+    Checkpoint(String),
 }
 
 impl TrainError {
@@ -39,6 +41,7 @@ impl TrainError {
             TrainError::CapTooSmall { .. } => ErrorKind::CapTooSmall,
             TrainError::CapExceeded { .. } => ErrorKind::CapExceeded,
             TrainError::Readback(_) => ErrorKind::Readback,
+            TrainError::Checkpoint(_) => ErrorKind::BadCheckpoint,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! What a run reports, as it happens: the CLI writes these as JSON lines, the page plots them.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::config::Precision;
 use crate::data::Split;
@@ -34,6 +34,8 @@ pub struct RunStarted {
     /// Text: the positions a sample trains (the context), so tokens/s = samples/s times
     /// this. `None` for images.
     pub tokens_per_sample: Option<usize>,
+    /// The step a resumed run goes on from (`None`: a fresh run).
+    pub resumed_at: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -56,7 +58,7 @@ pub struct StepRecord {
     pub enforcement: Option<Enforcement>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct EvalRecord {
     pub step: u64,
     pub epoch: u64,

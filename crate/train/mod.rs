@@ -4,6 +4,7 @@
 pub mod advice;
 pub mod backend;
 pub mod calibrate;
+pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod events;

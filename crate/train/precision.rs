@@ -92,7 +92,7 @@ pub fn gradient_magnitude(model: &Model, grads: &GradientsParams) -> Option<Tens
 
 /// Dynamic loss scaling: start high, halve on overflow (the step is skipped), double after
 /// a run of clean steps.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct LossScaler {
     scale: f32,
     clean_steps: u32,

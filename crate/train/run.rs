@@ -3,10 +3,11 @@
 
 use web_time::Instant;
 
+use super::checkpoint::History;
 use super::error::TrainError;
 use super::events::{EvalRecord, RunSummary, TrainEvent};
 use super::trainer::Trainer;
-use crate::data::{BatchReader, DataSource, Split};
+use crate::data::{BatchReader, DataSource, ReaderPosition, Split};
 
 /// Where a run is between two calls of [`Progress::advance`].
 pub struct Progress {
@@ -20,6 +21,7 @@ pub struct Progress {
     last_loss: f32,
     last_eval: Option<EvalRecord>,
     summary: Option<RunSummary>,
+    history: History,
 }
 
 impl Default for Progress {
@@ -32,11 +34,37 @@ impl Default for Progress {
             last_loss: f32::NAN,
             last_eval: None,
             summary: None,
+            history: History::default(),
         }
     }
 }
 
 impl Progress {
+    /// A run picked up where a checkpoint left it (see [`super::checkpoint`]): the reader
+    /// goes on from `reader`, the curves and the time so far are `history` and `busy`.
+    pub(super) fn resumed(reader: Option<BatchReader>, history: History, busy: std::time::Duration) -> Self {
+        Progress {
+            reader,
+            last_loss: history.losses.last().copied().unwrap_or(f32::NAN),
+            last_eval: history.evals.last().cloned(),
+            busy,
+            history,
+            ..Progress::default()
+        }
+    }
+
+    /// Where the training stream is (`None` between epochs), the curves so far and the
+    /// training time: what a checkpoint keeps of the run's progress.
+    pub(super) fn snapshot(&self) -> (Option<ReaderPosition>, History, std::time::Duration) {
+        let reader = self.reader.as_ref().and_then(BatchReader::position);
+        (reader, self.history.clone(), self.busy)
+    }
+
+    /// Losses and evaluations so far.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
     /// The run's summary, once it finished.
     pub fn summary(&self) -> Option<&RunSummary> {
         self.summary.as_ref()
@@ -75,7 +103,10 @@ impl Progress {
         if !self.started {
             self.started = true;
             events.push(TrainEvent::Started(trainer.run_started(source)));
-            events.extend(trainer.enforcements().iter().cloned().map(TrainEvent::Enforced));
+            // A resumed run reported its enforcements before it was saved.
+            if trainer.step == 0 {
+                events.extend(trainer.enforcements().iter().cloned().map(TrainEvent::Enforced));
+            }
             return Ok(events);
         }
         let total_steps = trainer.config().total_steps(source.sample_count(Split::Train));
@@ -96,6 +127,7 @@ impl Progress {
             };
             let mut record = trainer.train_step(&batch).await?;
             self.last_loss = record.loss;
+            self.history.losses.push(record.loss);
             let enforcement = record.enforcement.take();
             events.push(TrainEvent::Step(record));
             events.extend(enforcement.map(TrainEvent::Enforced));
@@ -176,6 +208,7 @@ impl Progress {
         }
         let eval = trainer.evaluate(source, Split::Test).await?;
         events.push(TrainEvent::Eval(eval.clone()));
+        self.history.evals.push(eval.clone());
         self.last_eval = Some(eval);
         Ok(())
     }

@@ -39,28 +39,28 @@ fn capped_bytes(memory: &MemorySample) -> Option<u64> {
 }
 
 pub struct Trainer {
-    config: TrainConfig,
+    pub(super) config: TrainConfig,
     input: InputShape,
     /// Evaluation runs here, without autodiff.
     device: Device,
     train_device: Device,
     backend: String,
-    model: Option<Model>,
-    optimizer: ModuleOptimizer,
+    pub(super) model: Option<Model>,
+    pub(super) optimizer: ModuleOptimizer,
     schedule: Schedule,
     tracker: MemoryTracker,
     pub(super) step: u64,
     pub(super) epoch: u64,
     pub(super) samples_seen: u64,
     pub(super) run_peak: MemorySample,
-    micro_batch: usize,
+    pub(super) micro_batch: usize,
     precision: Precision,
     precision_note: Option<String>,
-    scaler: Option<LossScaler>,
-    skipped_in_a_row: u32,
+    pub(super) scaler: Option<LossScaler>,
+    pub(super) skipped_in_a_row: u32,
     pub(super) skipped_steps: u64,
-    enforcer: Option<Enforcer>,
-    enforcements: Vec<Enforcement>,
+    pub(super) enforcer: Option<Enforcer>,
+    pub(super) enforcements: Vec<Enforcement>,
     /// The setting the run starts with, as the plan judged it.
     planned: Candidate,
     calibration: Option<Calibration>,
@@ -137,6 +137,11 @@ impl Trainer {
     /// How the data pipeline runs, as planned.
     pub fn data_settings(&self) -> DataSettings {
         self.planned.data
+    }
+
+    /// Optimizer steps done.
+    pub fn step(&self) -> u64 {
+        self.step
     }
 
     /// The micro-batch the next step uses.
@@ -402,6 +407,7 @@ impl Trainer {
             calibration: self.calibration.clone(),
             data: self.planned.data,
             tokens_per_sample: self.config.model.text_window().map(|w| w - 1),
+            resumed_at: (self.step > 0).then_some(self.step),
         }
     }
 

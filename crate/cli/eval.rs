@@ -1,0 +1,64 @@
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::checkpoint_dir;
+use crate::data::{DataSource, Split};
+use crate::train::{BackendKind, checkpoint};
+
+#[derive(Args)]
+pub struct EvalArgs {
+    /// A folder a run was saved in (by `train --save` or `--checkpoint-dir`).
+    dir: PathBuf,
+    /// Dataset URL or folder; the saved run's unless given. It must be the dataset the run
+    /// was trained on.
+    #[arg(long)]
+    data: Option<String>,
+    #[arg(long, value_enum, default_value = "wgpu")]
+    backend: BackendKind,
+    /// test or train.
+    #[arg(long, default_value = "test")]
+    split: Split,
+    /// Evaluate on the first N samples the stream yields instead of the whole split.
+    #[arg(long)]
+    samples: Option<usize>,
+    /// Print the evaluation as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
+    if let Some(why) = args.backend.unavailable() {
+        anyhow::bail!(why);
+    }
+    let (saved_data, saved) = checkpoint_dir::load(&args.dir)?;
+    let data = args.data.clone().unwrap_or(saved_data);
+    let source = DataSource::open(&data, saved.state.config.stream_options()).await?;
+    let (mut trainer, _) = checkpoint::restore(
+        &saved,
+        |config| {
+            // Evaluation takes no training step: nothing to probe, no cap to plan for.
+            config.calibrate = false;
+            config.cap = None;
+            config.eval_samples = args.samples;
+        },
+        &source,
+        args.backend.device(),
+        args.backend.name(),
+    )?;
+    let eval = trainer.evaluate(&source, args.split).await?;
+    if args.json {
+        println!("{}", serde_json::to_string(&eval)?);
+    } else {
+        println!(
+            "{} accuracy {:.2}% (loss {:.4}, perplexity {:.2}) on {} samples, after step {}",
+            args.split,
+            100.0 * eval.accuracy,
+            eval.loss,
+            eval.perplexity,
+            eval.samples,
+            eval.step
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,217 @@
+//! A run's whole state between two steps, so that it can stop and go on later with the
+//! same losses: the parameters (the f32 master weights, with their ids, which key the
+//! optimizer's state), the optimizer's state, the step and epoch, the loss scale, the
+//! micro-batch the enforcer left, the data stream's place (chunks read, samples read of
+//! each open one, the mixer's draws) and the metrics so far. The learning rate follows
+//! from the step, the order of chunks and samples from the seed and the epoch, so neither
+//! is stored. Where the bytes go (files natively) is the caller's business.
+
+use burn::module::Module;
+use burn::prelude::Device;
+use burn::store::ModuleRecord;
+use burn::tensor::Bytes;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::config::TrainConfig;
+use super::error::TrainError;
+use super::events::EvalRecord;
+use super::optimizer;
+use super::precision::LossScaler;
+use super::run::Progress;
+use super::trainer::Trainer;
+use crate::data::{BatchReader, DataSource, ReaderPosition, Split};
+use crate::memory::{Enforcement, Enforcer, MemorySample};
+use crate::model::Model;
+
+/// Bumped when [`RunState`] changes shape: an older saved run is refused in plain words
+/// rather than half read.
+pub const FORMAT: u32 = 1;
+
+/// Losses and evaluations so far, for the curves of a resumed run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct History {
+    /// The loss of step `i + 1` at `losses[i]`.
+    pub losses: Vec<f32>,
+    pub evals: Vec<EvalRecord>,
+}
+
+/// Everything of a run but its tensors.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunState {
+    pub format: u32,
+    pub config: TrainConfig,
+    /// Optimizer steps done.
+    pub step: u64,
+    pub epoch: u64,
+    pub samples_seen: u64,
+    pub micro_batch: usize,
+    pub scaler: Option<LossScaler>,
+    pub skipped_in_a_row: u32,
+    pub skipped_steps: u64,
+    pub enforcer: Option<Enforcer>,
+    pub enforcements: Vec<Enforcement>,
+    /// Where the training stream is; `None` between epochs.
+    pub reader: Option<ReaderPosition>,
+    pub history: History,
+    /// Training time so far, pauses excluded.
+    pub busy_seconds: f64,
+    pub run_peak: MemorySample,
+    /// sha256 of the dataset's manifest: a run goes on only over the data it began on.
+    pub dataset_sha256: String,
+    /// sha256 of the parameters' and the optimizer's bytes, checked before either is read.
+    pub model_sha256: String,
+    pub optimizer_sha256: String,
+}
+
+/// A saved run: its state and two burnpack blobs.
+pub struct Checkpoint {
+    pub state: RunState,
+    pub model: Vec<u8>,
+    pub optimizer: Vec<u8>,
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn dataset_sha256(source: &DataSource) -> String {
+    sha256_hex(&serde_json::to_vec(source.manifest()).expect("a manifest serializes"))
+}
+
+fn unusable(what: &str, error: impl std::fmt::Display) -> TrainError {
+    TrainError::Checkpoint(format!("{what}: {error}"))
+}
+
+/// The parameters as a burnpack blob (ids included). Reads the device synchronously, which
+/// a browser's GPU forbids: native only for now.
+pub fn model_bytes(model: &Model) -> Result<Vec<u8>, TrainError> {
+    let bytes = model
+        .clone()
+        .into_record()
+        .into_bytes()
+        .map_err(|e| unusable("writing the parameters", e))?;
+    Ok(bytes.to_vec())
+}
+
+impl Checkpoint {
+    /// Refuses a checkpoint of another format, or whose blobs are not the ones its state
+    /// names (a torn or tampered save), before anything parses them.
+    pub fn verify(&self) -> Result<(), TrainError> {
+        if self.state.format != FORMAT {
+            return Err(TrainError::Checkpoint(format!(
+                "it was written in format {}, this build reads format {FORMAT}",
+                self.state.format
+            )));
+        }
+        for (name, bytes, expected) in [
+            ("parameters", &self.model, &self.state.model_sha256),
+            ("optimizer state", &self.optimizer, &self.state.optimizer_sha256),
+        ] {
+            let actual = sha256_hex(bytes);
+            if &actual != expected {
+                return Err(TrainError::Checkpoint(format!(
+                    "the {name} do not match their checksum (sha256 {actual}, saved as {expected})"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `model` with the saved parameters (and their ids) in place of its own. The
+    /// architecture must match: a record for another model is refused.
+    pub fn load_model(&self, model: Model) -> Result<Model, TrainError> {
+        let record = ModuleRecord::from_bytes(Bytes::from_bytes_vec(self.model.clone()))
+            .map_err(|e| unusable("reading the parameters", e))?;
+        model
+            .try_load_record(record)
+            .map_err(|e| unusable("the parameters do not fit this model", e))
+    }
+}
+
+/// The run as it stands between two steps.
+pub fn capture(
+    trainer: &Trainer,
+    progress: &Progress,
+    source: &DataSource,
+) -> Result<Checkpoint, TrainError> {
+    let model = model_bytes(trainer.model())?;
+    let optimizer = trainer
+        .optimizer
+        .into_bytes()
+        .map_err(|e| unusable("writing the optimizer state", e))?
+        .to_vec();
+    let (reader, history, busy) = progress.snapshot();
+    let state = RunState {
+        format: FORMAT,
+        config: trainer.config.clone(),
+        step: trainer.step,
+        epoch: trainer.epoch,
+        samples_seen: trainer.samples_seen,
+        micro_batch: trainer.micro_batch,
+        scaler: trainer.scaler.clone(),
+        skipped_in_a_row: trainer.skipped_in_a_row,
+        skipped_steps: trainer.skipped_steps,
+        enforcer: trainer.enforcer,
+        enforcements: trainer.enforcements.clone(),
+        reader,
+        history,
+        busy_seconds: busy.as_secs_f64(),
+        run_peak: trainer.run_peak,
+        dataset_sha256: dataset_sha256(source),
+        model_sha256: sha256_hex(&model),
+        optimizer_sha256: sha256_hex(&optimizer),
+    };
+    Ok(Checkpoint {
+        state,
+        model,
+        optimizer,
+    })
+}
+
+/// A trainer and its progress as `checkpoint` left them, on `device`. `adjust` may change
+/// what does not alter the math: the duration (to train on past the planned end; the
+/// learning-rate schedule stretches to the new end), evaluation, calibration.
+pub fn restore(
+    checkpoint: &Checkpoint,
+    adjust: impl FnOnce(&mut TrainConfig),
+    source: &DataSource,
+    device: Device,
+    backend: &str,
+) -> Result<(Trainer, Progress), TrainError> {
+    checkpoint.verify()?;
+    let state = &checkpoint.state;
+    if dataset_sha256(source) != state.dataset_sha256 {
+        return Err(TrainError::Checkpoint(
+            "the dataset is not the one the run was trained on (its manifest differs)".into(),
+        ));
+    }
+    let mut config = state.config.clone();
+    adjust(&mut config);
+    let mut trainer = Trainer::new(config, source, device, backend)?;
+    let fresh = trainer.model.take().expect("a new trainer holds its model");
+    trainer.model = Some(checkpoint.load_model(fresh)?);
+    trainer.optimizer = optimizer::build(&trainer.config.optimizer)
+        .from_bytes(Bytes::from_bytes_vec(checkpoint.optimizer.clone()))
+        .map_err(|e| unusable("reading the optimizer state", e))?;
+    trainer.step = state.step;
+    trainer.epoch = state.epoch;
+    trainer.samples_seen = state.samples_seen;
+    trainer.micro_batch = state.micro_batch;
+    trainer.scaler = state.scaler.clone().filter(|_| trainer.scaler.is_some());
+    trainer.skipped_in_a_row = state.skipped_in_a_row;
+    trainer.skipped_steps = state.skipped_steps;
+    trainer.enforcer = state.enforcer.filter(|_| trainer.enforcer.is_some());
+    trainer.enforcements = state.enforcements.clone();
+    trainer.run_peak = state.run_peak;
+    let prefetch = trainer.data_settings().prefetch;
+    let reader = match &state.reader {
+        Some(position) => Some(
+            BatchReader::resume(source, Split::Train, position, prefetch)
+                .map_err(|why| unusable("the data stream's position", why))?,
+        ),
+        None => None,
+    };
+    let busy = std::time::Duration::try_from_secs_f64(state.busy_seconds).unwrap_or_default();
+    Ok((trainer, Progress::resumed(reader, state.history.clone(), busy)))
+}
