@@ -5,6 +5,7 @@
 
 use headroom::data::DataSource;
 use headroom::model::ModelConfig;
+use headroom::train::checkpoint;
 use headroom::train::{Duration, Precision, Progress, TrainConfig, TrainEvent, Trainer};
 use headroom::web::device::{self, Preference};
 use wasm_bindgen_test::wasm_bindgen_test;
@@ -39,13 +40,17 @@ async fn train(preference: Preference, config: TrainConfig) -> (String, Vec<Trai
     let source = DataSource::open(&dataset_url(), config.stream_options())
         .await
         .unwrap();
-    let mut trainer = Trainer::new(config, &source, acquired.device, acquired.backend).unwrap();
-    let mut progress = Progress::default();
+    let trainer = Trainer::new(config, &source, acquired.device, acquired.backend).unwrap();
+    let events = run_to_end(trainer, Progress::default(), &source).await;
+    (acquired.backend.to_string(), events)
+}
+
+async fn run_to_end(mut trainer: Trainer, mut progress: Progress, source: &DataSource) -> Vec<TrainEvent> {
     let mut events = Vec::new();
     while progress.summary().is_none() {
-        events.extend(progress.advance(&mut trainer, &source).await.unwrap());
+        events.extend(progress.advance(&mut trainer, source).await.unwrap());
     }
-    (acquired.backend.to_string(), events)
+    events
 }
 
 fn losses(events: &[TrainEvent]) -> Vec<f32> {
@@ -155,5 +160,39 @@ async fn auto_prefers_the_cpu_to_a_software_adapter_and_says_why() {
     } else {
         assert_eq!(acquired.backend, "webgpu");
         assert_eq!(acquired.fallback_reason, None);
+    }
+}
+
+/// The browser hides a shader that fails to compile (a warning, and a launch that looks
+/// fine): WebGPU and the CPU fallback, started from the same weights (the CPU run's step-0
+/// checkpoint: each backend draws its own) and fed the same batches, must give the same
+/// losses for 20 steps.
+#[wasm_bindgen_test]
+async fn webgpu_gives_the_cpu_fallbacks_losses_from_the_same_weights() {
+    let mut config = TrainConfig {
+        duration: Duration::Steps(20),
+        micro_batch: Some(32),
+        cap: None,
+        calibrate: false,
+        ..config(Precision::F32)
+    };
+    config.seed = 9;
+    let source = DataSource::open(&dataset_url(), config.stream_options())
+        .await
+        .unwrap();
+    let cpu = device::acquire(Preference::Cpu).await.unwrap();
+    let on_cpu = Trainer::new(config, &source, cpu.device, cpu.backend).unwrap();
+    let start = checkpoint::capture(&on_cpu, &Progress::default(), &source).unwrap();
+    let gpu = device::acquire(Preference::WebGpu).await.unwrap();
+    let (on_gpu, progress) = checkpoint::restore(&start, |_| {}, &source, gpu.device, gpu.backend).unwrap();
+    let gpu_losses = losses(&run_to_end(on_gpu, progress, &source).await);
+    let cpu_losses = losses(&run_to_end(on_cpu, Progress::default(), &source).await);
+    assert_eq!(cpu_losses.len(), 20);
+    for (step, (cpu, gpu)) in cpu_losses.iter().zip(&gpu_losses).enumerate() {
+        assert!(
+            (cpu - gpu).abs() <= 1e-3 * cpu.abs().max(1.0),
+            "step {}: CPU {cpu}, WebGPU {gpu}\nCPU {cpu_losses:?}\nWebGPU {gpu_losses:?}",
+            step + 1
+        );
     }
 }
