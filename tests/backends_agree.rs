@@ -46,7 +46,9 @@ async fn agree(model: ModelConfig) {
         .unwrap();
     let cpu = BackendKind::Ndarray;
     let trainer = Trainer::new(config, &source, cpu.device(), cpu.name()).unwrap();
-    let start = checkpoint::capture(&trainer, &Progress::default(), &source).unwrap();
+    let start = checkpoint::capture(&trainer, &Progress::default(), &source)
+        .await
+        .unwrap();
     let gpu = BackendKind::Wgpu;
     let (on_gpu, gpu_progress) =
         checkpoint::restore(&start, |_| {}, &source, gpu.device(), gpu.name()).unwrap();

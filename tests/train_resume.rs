@@ -70,7 +70,7 @@ async fn run_to_end(
         }
         if save_at.contains(&trainer.step()) && saved.len() < save_at.len() {
             saved.push(through_json(
-                checkpoint::capture(trainer, progress, source).unwrap(),
+                checkpoint::capture(trainer, progress, source).await.unwrap(),
             ));
         }
     }
@@ -136,7 +136,12 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
     let mut trainer = Trainer::new(config.clone(), &source, backend.device(), backend.name()).unwrap();
     let mut progress = Progress::default();
     run_to_end(&mut trainer, &mut progress, &source, &[]).await;
-    let saved = || checkpoint::capture(&trainer, &progress, &source).unwrap();
+    let saved = checkpoint::capture(&trainer, &progress, &source).await.unwrap();
+    let saved = || Checkpoint {
+        state: saved.state.clone(),
+        model: saved.model.clone(),
+        optimizer: saved.optimizer.clone(),
+    };
     let refusal = |checkpoint: &Checkpoint, source: &DataSource| match checkpoint::restore(
         checkpoint,
         |_| {},

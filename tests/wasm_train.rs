@@ -182,7 +182,9 @@ async fn webgpu_gives_the_cpu_fallbacks_losses_from_the_same_weights() {
         .unwrap();
     let cpu = device::acquire(Preference::Cpu).await.unwrap();
     let on_cpu = Trainer::new(config, &source, cpu.device, cpu.backend).unwrap();
-    let start = checkpoint::capture(&on_cpu, &Progress::default(), &source).unwrap();
+    let start = checkpoint::capture(&on_cpu, &Progress::default(), &source)
+        .await
+        .unwrap();
     let gpu = device::acquire(Preference::WebGpu).await.unwrap();
     let (on_gpu, progress) = checkpoint::restore(&start, |_| {}, &source, gpu.device, gpu.backend).unwrap();
     let gpu_losses = losses(&run_to_end(on_gpu, progress, &source).await);

@@ -381,10 +381,6 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
     let (mut trainer, mut progress, source, data) = start(&args).await?;
     let config = trainer.config().clone();
     let checkpoints = args.checkpoint_dir.clone().or_else(|| args.resume.clone());
-    let save = |trainer: &Trainer, progress: &Progress, dir: &PathBuf| -> anyhow::Result<()> {
-        let saved = checkpoint::capture(trainer, progress, &source)?;
-        checkpoint_dir::save(dir, &data, &saved)
-    };
     let interrupted = interrupt_flag();
     let mut report = Report::new(args.metrics.as_ref(), config.cap)?;
     let summary = loop {
@@ -398,7 +394,8 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
         let stop = interrupted.load(Ordering::SeqCst);
         let due = trainer.step() > before && trainer.step() % args.checkpoint_every == 0;
         if let Some(dir) = checkpoints.as_ref().filter(|_| due || stop) {
-            report.bar.suspend(|| save(&trainer, &progress, dir))?;
+            let saved = checkpoint::capture(&trainer, &progress, &source).await?;
+            report.bar.suspend(|| checkpoint_dir::save(dir, &data, &saved))?;
         }
         if stop {
             report.bar.abandon();
@@ -440,7 +437,8 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(dir) = &args.save {
-        save(&trainer, &progress, dir)?;
+        let saved = checkpoint::capture(&trainer, &progress, &source).await?;
+        checkpoint_dir::save(dir, &data, &saved)?;
         println!(
             "saved the run to {0}: headroom eval {0} evaluates it, headroom train --resume {0} --steps N trains on",
             dir.display()

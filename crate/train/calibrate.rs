@@ -172,7 +172,7 @@ fn probe(
         recompute: setting.config.checkpointing,
     };
     let mut tracker = MemoryTracker::new(device.clone(), MemoryGauge::default());
-    let mut optimizer = optimizer::build(&setting.config.optimizer);
+    let mut optimizer = optimizer::Optimizer::new(&setting.config.optimizer);
     for _ in 0..step_count {
         // Only the last step counts: an earlier one still resizes the pools the rung below
         // left, which the run, starting from this rung's pools, does not.

@@ -6,8 +6,8 @@
 //! from the step, the order of chunks and samples from the seed and the epoch, so neither
 //! is stored. Where the bytes go (files natively) is the caller's business.
 
-use burn::module::Module;
-use burn::prelude::Device;
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::prelude::*;
 use burn::store::ModuleRecord;
 use burn::tensor::Bytes;
 use serde::{Deserialize, Serialize};
@@ -16,7 +16,6 @@ use sha2::{Digest, Sha256};
 use super::config::TrainConfig;
 use super::error::TrainError;
 use super::events::EvalRecord;
-use super::optimizer;
 use super::precision::LossScaler;
 use super::run::Progress;
 use super::trainer::Trainer;
@@ -83,11 +82,46 @@ fn unusable(what: &str, error: impl std::fmt::Display) -> TrainError {
     TrainError::Checkpoint(format!("{what}: {error}"))
 }
 
-/// The parameters as a burnpack blob (ids included). Reads the device synchronously, which
-/// a browser's GPU forbids: native only for now.
-pub fn model_bytes(model: &Model) -> Result<Vec<u8>, TrainError> {
+/// Every float parameter, flattened, in the module's visiting order.
+struct Collect(Vec<Tensor<1>>);
+
+impl ModuleVisitor for Collect {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let value = param.val();
+        let elements = value.shape().num_elements();
+        self.0.push(value.reshape([elements]));
+    }
+}
+
+/// Replaces every float parameter with the next of `values` on the CPU, in the same order,
+/// keeping its id.
+struct Fill(std::vec::IntoIter<TensorData>, Device);
+
+impl ModuleMapper for Fill {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let values = self.0.next().expect("the same model has the same parameters");
+        param.map(|tensor| Tensor::<1>::from_data(values, &self.1).reshape(tensor.shape()))
+    }
+}
+
+/// The parameters as a burnpack blob, ids included (they key the optimizer's state). Read
+/// back asynchronously, as a browser's GPU requires, into a CPU copy that is recorded.
+pub async fn model_bytes(model: &Model) -> Result<Vec<u8>, TrainError> {
+    let mut collect = Collect(Vec::new());
+    model.visit(&mut collect);
+    let mut values = Vec::with_capacity(collect.0.len());
+    for tensor in collect.0 {
+        let data = tensor
+            .into_data_async()
+            .await
+            .map_err(|e| TrainError::Readback(format!("{e:?}")))?;
+        values.push(data);
+    }
+    #[allow(deprecated)] // burn's CPU backend as the CLI names it (see `BackendKind`).
+    let cpu = Device::ndarray();
     let bytes = model
         .clone()
+        .map(&mut Fill(values.into_iter(), cpu))
         .into_record()
         .into_bytes()
         .map_err(|e| unusable("writing the parameters", e))?;
@@ -130,17 +164,13 @@ impl Checkpoint {
 }
 
 /// The run as it stands between two steps.
-pub fn capture(
+pub async fn capture(
     trainer: &Trainer,
     progress: &Progress,
     source: &DataSource,
 ) -> Result<Checkpoint, TrainError> {
-    let model = model_bytes(trainer.model())?;
-    let optimizer = trainer
-        .optimizer
-        .into_bytes()
-        .map_err(|e| unusable("writing the optimizer state", e))?
-        .to_vec();
+    let model = model_bytes(trainer.model()).await?;
+    let optimizer = trainer.optimizer.to_bytes().await.map_err(TrainError::Readback)?;
     let (reader, history, busy) = progress.snapshot();
     let state = RunState {
         format: FORMAT,
@@ -191,9 +221,10 @@ pub fn restore(
     let mut trainer = Trainer::new(config, source, device, backend)?;
     let fresh = trainer.model.take().expect("a new trainer holds its model");
     trainer.model = Some(checkpoint.load_model(fresh)?);
-    trainer.optimizer = optimizer::build(&trainer.config.optimizer)
-        .from_bytes(Bytes::from_bytes_vec(checkpoint.optimizer.clone()))
-        .map_err(|e| unusable("reading the optimizer state", e))?;
+    trainer
+        .optimizer
+        .load_bytes(&checkpoint.optimizer, &trainer.device)
+        .map_err(|why| unusable("reading the optimizer state", why))?;
     trainer.step = state.step;
     trainer.epoch = state.epoch;
     trainer.samples_seen = state.samples_seen;

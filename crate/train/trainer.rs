@@ -1,6 +1,5 @@
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::optim::ModuleOptimizer;
 use burn::prelude::*;
 use web_time::Instant;
 
@@ -8,11 +7,12 @@ use super::calibrate::probed_plan;
 use super::config::{Precision, TrainConfig};
 use super::error::TrainError;
 use super::events::{EvalRecord, RunStarted, RunSummary, StepRecord, TextSample, TrainEvent};
+use super::optimizer::Optimizer;
 use super::precision::{self, LossScaler};
 use super::run::Progress;
 use super::schedule::Schedule;
 use super::step::{MicroSteps, accumulate_gradients};
-use super::{optimizer, plan, tensors};
+use super::{plan, tensors};
 use crate::data::text::CharTokenizer;
 use crate::data::{Batch, BatchReader, DataSource, Split, Window};
 use crate::memory::{
@@ -42,11 +42,11 @@ pub struct Trainer {
     pub(super) config: TrainConfig,
     input: InputShape,
     /// Evaluation runs here, without autodiff.
-    device: Device,
+    pub(super) device: Device,
     train_device: Device,
     backend: String,
     pub(super) model: Option<Model>,
-    pub(super) optimizer: ModuleOptimizer,
+    pub(super) optimizer: Optimizer,
     schedule: Schedule,
     tracker: MemoryTracker,
     pub(super) step: u64,
@@ -109,7 +109,7 @@ impl Trainer {
         let calibration = run_plan.plan.calibration.clone();
         Ok(Trainer {
             enforcer: config.cap.map(Enforcer::new),
-            optimizer: optimizer::build(&config.optimizer),
+            optimizer: Optimizer::new(&config.optimizer),
             tracker: MemoryTracker::new(device.clone(), source.gauge().clone()),
             config,
             input,

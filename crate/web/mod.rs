@@ -1,7 +1,6 @@
 //! The wasm-bindgen surface: small classes the page's worker drives with promises.
 
 pub mod device;
-mod export;
 mod stream;
 mod training;
 

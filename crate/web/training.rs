@@ -9,11 +9,11 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
 use super::device::{self, Acquired, AdapterReport, Preference};
-use super::{data_error_to_js, error_to_js, export, to_js, train_error_to_js};
+use super::{data_error_to_js, error_to_js, to_js, train_error_to_js};
 use crate::data::DataSource;
 use crate::data::ErrorKind;
 use crate::memory::{Candidate, MemoryTracker, Plan};
-use crate::train::{Precision, Progress, TrainConfig, Trainer, advice, plan};
+use crate::train::{Precision, Progress, TrainConfig, Trainer, advice, checkpoint, plan};
 
 fn preference(value: &str) -> Result<Preference, JsValue> {
     serde_wasm_bindgen::from_value(JsValue::from_str(value)).map_err(|_| {
@@ -184,8 +184,8 @@ impl Training {
         to_js(&sample)
     }
 
-    /// Resolves to the model's parameters as a burnpack file (what `headroom train --save`
-    /// writes), read back asynchronously.
+    /// Resolves to the model's parameters as a burnpack file (the `model-STEP.bpk` of a run
+    /// `headroom train --save` writes), read back asynchronously.
     #[wasm_bindgen(js_name = exportModel)]
     pub fn export_model(&self) -> js_sys::Promise {
         let running = self.running.clone();
@@ -194,10 +194,9 @@ impl Training {
                 .borrow_mut()
                 .take()
                 .ok_or_else(|| error_to_js(ErrorKind::Busy, "the run is busy: pause it first"))?;
-            let trainer = &state.trainer;
-            let bytes = export::burnpack(trainer.model(), &trainer.config().model, &trainer.input()).await;
+            let bytes = checkpoint::model_bytes(state.trainer.model()).await;
             *running.borrow_mut() = Some(state);
-            let bytes = bytes.map_err(|e| error_to_js(ErrorKind::Readback, e))?;
+            let bytes = bytes.map_err(train_error_to_js)?;
             Ok(js_sys::Uint8Array::from(bytes.as_slice()).into())
         })
     }
