@@ -8,7 +8,7 @@ mod common;
 
 use headroom::data::{Codec, DataSource, StreamOptions};
 use headroom::model::ModelConfig;
-use headroom::train::checkpoint::{self, Checkpoint, RunState};
+use headroom::train::checkpoint::{self, Checkpoint};
 use headroom::train::{
     BackendKind, Duration, OptimizerConfig, OptimizerKind, Progress, TrainConfig, TrainEvent, Trainer,
 };
@@ -44,11 +44,9 @@ fn config() -> TrainConfig {
     }
 }
 
-/// A checkpoint as it comes back from disk: its state through JSON.
-fn through_json(saved: Checkpoint) -> Checkpoint {
-    let json = serde_json::to_string(&saved.state).unwrap();
-    let state: RunState = serde_json::from_str(&json).unwrap();
-    Checkpoint { state, ..saved }
+/// A checkpoint as it comes back from the browser's storage: through its one-blob form.
+fn through_bytes(saved: Checkpoint) -> Checkpoint {
+    Checkpoint::from_bytes(&saved.to_bytes()).unwrap()
 }
 
 /// Runs to the end, returning every step's loss and every evaluation's (loss, accuracy);
@@ -69,7 +67,7 @@ async fn run_to_end(
             }
         }
         if save_at.contains(&trainer.step()) && saved.len() < save_at.len() {
-            saved.push(through_json(
+            saved.push(through_bytes(
                 checkpoint::capture(trainer, progress, source).await.unwrap(),
             ));
         }
@@ -172,6 +170,23 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
     let mut newer = saved();
     newer.state.format += 1;
     assert!(refusal(&newer, &source).1.contains("format"));
+
+    let blob = saved().to_bytes();
+    let model_end = blob.len() - saved().optimizer.len();
+    for cut in [0, 5, 20, model_end / 2, model_end - 1] {
+        let error = Checkpoint::from_bytes(&blob[..cut])
+            .err()
+            .expect("a cut blob is refused");
+        assert_eq!(error.kind(), headroom::data::ErrorKind::BadCheckpoint);
+    }
+    let mut tail_cut = Checkpoint::from_bytes(&blob[..blob.len() - 3]).unwrap();
+    assert!(
+        refusal(&tail_cut, &source)
+            .1
+            .contains("do not match their checksum")
+    );
+    tail_cut.state.optimizer_sha256 = checkpoint::sha256_hex(&tail_cut.optimizer);
+    assert!(refusal(&tail_cut, &source).1.contains("optimizer state"));
 
     let mut moved = saved();
     moved.state.reader = Some(headroom::data::ReaderPosition {

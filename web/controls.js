@@ -89,7 +89,9 @@ export function readRun() {
     seed,
     stream: { prefetch, seed },
   };
-  return { url: new URL($("dataset").value, document.baseURI).href, config, backend: $("backend").value };
+  const saveEvery = Number($("save-every").value);
+  if (!Number.isInteger(saveEvery) || saveEvery < 0) throw new Error("Save every must be a whole number of steps (0: never)");
+  return { url: new URL($("dataset").value, document.baseURI).href, config, backend: $("backend").value, saveEvery };
 }
 
 /// f16 is offered only where the adapter has shader-f16.

@@ -5,6 +5,7 @@ import { listDatasets, offerF16, onModelChange, readRun } from "./controls.js";
 import { fillTable, formatBytes } from "./format.js";
 import { sampleHeap } from "./heap.js";
 import { ErrorKind, Reply, Request } from "./protocol.js";
+import { deleteRun, listRuns } from "./saved-runs.js";
 import { showStreamError, showStreamed, wireStreamPanel } from "./stream-panel.js";
 
 const $ = (id) => document.getElementById(id);
@@ -40,6 +41,7 @@ function setState(state) {
   $("export-model").disabled = !(state === "paused" || (state === "ended" && page.trained));
   $("export-metrics").disabled = log.length === 0;
   $("stream").disabled = state === "loading";
+  for (const button of document.querySelectorAll("#saved-list button")) button.disabled = !idle;
 }
 
 function showStatus(text) {
@@ -55,6 +57,7 @@ const ADVICE = {
   [ErrorKind.DEVICE_LOST]: "A fresh worker is ready: press Start to train again.",
   [ErrorKind.CRASHED]: "The training module crashed; a fresh worker is ready: press Start to try again.",
   [ErrorKind.DIVERGED]: "Lower the learning rate, or clip gradients.",
+  [ErrorKind.BAD_CHECKPOINT]: "Delete this saved run and start a new one.",
 };
 
 /// The message, and what to do about it.
@@ -145,6 +148,18 @@ function schedulePlan() {
   }, PLAN_DELAY_MS);
 }
 
+/// The curves a resumed run had drawn before it was saved, into the charts and the log.
+function replayHistory(history, at) {
+  history.losses.forEach((loss, i) => {
+    log.push({ event: "step", step: i + 1, loss, replayed: true, at });
+    charts.addStep(i + 1, loss);
+  });
+  for (const e of history.evals) {
+    log.push({ at, ...e, event: "eval", replayed: true });
+    charts.addEval(e.step, e.loss, e.accuracy);
+  }
+}
+
 function onEvents(events, at) {
   for (const event of events) {
     log.push({ at, ...event });
@@ -154,6 +169,8 @@ function onEvents(events, at) {
         page.tokensPerSample = event.tokens_per_sample;
         $("sample-panel").hidden = event.tokens_per_sample == null;
         charts.startRun(at, event.cap, event.calibrated_peak ?? event.predicted_peak);
+        if (event.resumed_at != null && page.resuming) replayHistory(page.resuming.history, at);
+        page.resuming = null;
         showCalibration(event);
         if (event.precision_note) showStatus(`Training (${event.precision_note}).`);
         break;
@@ -208,6 +225,7 @@ function onMessage({ data }) {
     case Reply.READY:
       showStatus("Ready.");
       setState("ready");
+      refreshSavedRuns();
       post({ type: Request.DESCRIBE, backend: $("backend").value });
       schedulePlan();
       break;
@@ -241,6 +259,11 @@ function onMessage({ data }) {
     case Reply.ENDED:
       showStatus(describeEnd(data.stopped));
       setState("ended");
+      refreshSavedRuns();
+      break;
+    case Reply.SAVED:
+      $("saved-status").textContent = `Saved at step ${data.step}: after a reload or a crash, resume it from Saved runs.`;
+      refreshSavedRuns();
       break;
     case Reply.MODEL:
       download("headroom-model.bpk", [data.bytes], "application/octet-stream");
@@ -261,7 +284,11 @@ function onError({ request, kind, message }) {
     $("plan").classList.add("refused");
   } else if (request === Request.STREAM) {
     showStreamError(explain(message, kind));
-  } else if (request === Request.START) {
+  } else if (request === "save") {
+    // The run goes on; only this save failed.
+    $("saved-status").textContent = explain(message, kind);
+    $("saved-status").dataset.kind = kind ?? "";
+  } else if (request === Request.START || request === Request.RESUME_SAVED) {
     // A failed run may leave the wasm instance unusable (a panic, a lost device): start over.
     startWorker();
     showError(message, kind);
@@ -282,6 +309,19 @@ function startWorker() {
   };
 }
 
+/// A clean slate for a run about to start.
+function beginRun(status) {
+  charts.reset();
+  log.clear();
+  page.summary = null;
+  page.trained = false;
+  page.perplexity = null;
+  $("progress").textContent = "";
+  $("saved-status").textContent = "";
+  showStatus(status);
+  setState("starting");
+}
+
 $("start").addEventListener("click", () => {
   let run;
   try {
@@ -290,17 +330,47 @@ $("start").addEventListener("click", () => {
     showError(error.message);
     return;
   }
-  charts.reset();
-  log.clear();
+  beginRun("Starting…");
   log.push({ event: "config", at: Date.now(), ...run });
-  page.summary = null;
-  page.trained = false;
-  page.perplexity = null;
-  $("progress").textContent = "";
-  showStatus("Starting…");
-  setState("starting");
   post({ type: Request.START, ...run });
 });
+
+function describeSaved(run) {
+  const model = run.config.model.kind.toUpperCase();
+  const dataset = new URL(run.url).pathname.split("/").filter(Boolean).at(-1);
+  const loss = run.history.losses.at(-1);
+  const lossText = loss == null ? "" : `, loss ${loss.toFixed(4)}`;
+  return `${model} on ${dataset} (${run.backend}): step ${run.step} of ${run.total_steps}${lossText}, saved ${new Date(run.saved_at).toLocaleString()}`;
+}
+
+/// The saved runs, each with Resume (its curves come back with it) and Delete.
+async function refreshSavedRuns() {
+  let runs;
+  try {
+    runs = await listRuns();
+  } catch (error) {
+    $("saved-status").textContent = error.message;
+    return;
+  }
+  $("saved-runs").hidden = runs.length === 0;
+  $("saved-list").replaceChildren(
+    ...runs.map((run) => {
+      const item = document.createElement("li");
+      item.dataset.id = run.id;
+      const resume = Object.assign(document.createElement("button"), { type: "button", textContent: "Resume" });
+      const remove = Object.assign(document.createElement("button"), { type: "button", textContent: "Delete", className: "secondary" });
+      resume.addEventListener("click", () => {
+        beginRun(`Resuming at step ${run.step}…`);
+        page.resuming = run;
+        post({ type: Request.RESUME_SAVED, id: run.id });
+      });
+      remove.addEventListener("click", () => deleteRun(run.id).then(refreshSavedRuns, (error) => showError(error.message)));
+      item.append(`${describeSaved(run)} `, resume, " ", remove);
+      return item;
+    }),
+  );
+  setState(page.state);
+}
 $("pause").addEventListener("click", () => post({ type: Request.PAUSE }));
 $("resume").addEventListener("click", () => post({ type: Request.RESUME }));
 $("stop").addEventListener("click", () => post({ type: Request.STOP }));

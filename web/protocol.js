@@ -3,7 +3,8 @@
 // Requests (page -> worker):
 //   { type: "describe", backend }                      which device a run would get
 //   { type: "plan", url, config, backend }             the planner's preview
-//   { type: "start", url, config, backend }            start a run
+//   { type: "start", url, config, backend, saveEvery } start a run, saved every saveEvery steps
+//   { type: "resume-saved", id, backend }              go on with a saved run (saved-runs.js)
 //   { type: "pause" } { type: "resume" } { type: "stop" }
 //   { type: "export" }                                 the model as a burnpack file
 //   { type: "stream", url, split, batch, options }     read one epoch, no training
@@ -17,6 +18,7 @@
 //   { type: "paused" }                                 the run rests between two steps
 //   { type: "resumed" }
 //   { type: "ended", stopped }                         the run finished or was stopped
+//   { type: "saved", id, step }                        the run was saved (every saveEvery steps, on pause and stop)
 //   { type: "model", bytes }                           answers export (Uint8Array)
 //   { type: "streamed", manifest, figures }            answers stream
 //   { type: "error", request, kind, message }          any failure: its ErrorKind, in plain words
@@ -28,6 +30,7 @@ export const Request = Object.freeze({
   DESCRIBE: "describe",
   PLAN: "plan",
   START: "start",
+  RESUME_SAVED: "resume-saved",
   PAUSE: "pause",
   RESUME: "resume",
   STOP: "stop",
@@ -45,13 +48,14 @@ export const Reply = Object.freeze({
   PAUSED: "paused",
   RESUMED: "resumed",
   ENDED: "ended",
+  SAVED: "saved",
   MODEL: "model",
   STREAMED: "streamed",
   ERROR: "error",
 });
 
 /// What kind of failure an error reply reports: Rust's `ErrorKind` (crate/data/error.rs),
-/// and two the worker adds. The page acts on the kind; the message is for the user.
+/// and those the worker adds. The page acts on the kind; the message is for the user.
 export const ErrorKind = Object.freeze({
   DATASET_MISSING: "dataset-missing",
   NETWORK: "network",
@@ -67,6 +71,10 @@ export const ErrorKind = Object.freeze({
   BAD_CHECKPOINT: "bad-checkpoint",
   /// The wasm module trapped (a Rust panic) or did not load.
   CRASHED: "crashed",
+  /// The browser's storage for saved runs is full: the save failed, the run goes on.
+  STORAGE_FULL: "storage-full",
+  /// Saved runs cannot be written or read here (no Origin Private File System).
+  STORAGE: "storage",
 });
 
 /// How often the worker samples memory between steps.

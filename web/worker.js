@@ -2,6 +2,7 @@
 // A run advances one step per call, so pause, resume and stop act between steps.
 import init, { DataStream, Training, describeDevice, planRun } from "../pkg/headroom.js";
 import { ErrorKind, MEMORY_SAMPLE_MS, Reply, Request } from "./protocol.js";
+import { deleteRun, loadRun, saveRun } from "./saved-runs.js";
 
 const loaded = init();
 loaded.then(
@@ -27,32 +28,62 @@ function refuse(message) {
   return Object.assign(new Error(message), { kind: ErrorKind.BUSY });
 }
 
-const run = { training: null, state: "idle", wake: null };
+const run = { training: null, state: "idle", wake: null, meta: null, saveEvery: 0 };
 
 function wake() {
   run.wake?.();
   run.wake = null;
 }
 
-async function train({ url, config, backend }) {
+/// A new run: its settings are kept with its checkpoints, which go under a fresh id.
+async function train({ url, config, backend, saveEvery = 0 }) {
+  const meta = { id: `run-${Date.now()}`, url, config, backend, started_at: Date.now() };
+  return drive(() => Training.create(url, config, backend), meta, saveEvery);
+}
+
+/// A saved run, going on from its checkpoint under the same id.
+async function resumeSaved({ id, backend }) {
+  const { meta, bytes } = await loadRun(id);
+  return drive(() => Training.resume(meta.url, bytes, backend ?? meta.backend), meta, meta.save_every ?? 0);
+}
+
+/// Saves the run between two steps; a failure to save is reported and the run goes on.
+async function save() {
+  try {
+    const { bytes, summary } = await run.training.checkpoint();
+    const meta = { ...run.meta, save_every: run.saveEvery, saved_at: Date.now(), ...summary };
+    await saveRun(meta, bytes);
+    self.postMessage({ type: Reply.SAVED, id: meta.id, step: summary.step });
+  } catch (error) {
+    self.postMessage({ type: Reply.ERROR, request: "save", kind: kindOf(error) ?? ErrorKind.STORAGE, message: describe(error) });
+  }
+}
+
+/// Whether `events` end a step after which the run is due to be saved.
+function saveDue(events) {
+  return run.saveEvery > 0 && events.some((e) => e.event === "step" && e.step % run.saveEvery === 0);
+}
+
+async function drive(open, meta, saveEvery) {
   if (run.state === "running" || run.state === "paused") throw refuse("a run is already going: stop it first");
   run.training?.free();
   run.training = null;
   run.state = "starting";
-  const training = await Training.create(url, config, backend).finally(() => {
+  const training = await open().finally(() => {
     if (run.state === "starting") run.state = "idle";
   });
-  run.training = training;
-  run.state = "running";
-  self.postMessage({ type: Reply.STARTED, device: training.device() });
+  Object.assign(run, { training, meta, saveEvery, state: "running" });
+  self.postMessage({ type: Reply.STARTED, device: training.device(), id: meta.id });
   const sampler = setInterval(() => {
     self.postMessage({ type: Reply.MEMORY, sample: training.memory(), at: Date.now() });
   }, MEMORY_SAMPLE_MS);
   let stopped = false;
+  let finished = false;
   try {
     while (run.state !== "stopped") {
       if (run.state === "paused") {
         // Only now, between steps, is the run at rest (an export may read the model).
+        if (run.saveEvery > 0) await save();
         self.postMessage({ type: Reply.PAUSED });
         await new Promise((resolve) => (run.wake = resolve));
         continue;
@@ -60,12 +91,17 @@ async function train({ url, config, backend }) {
       const events = await training.advance();
       if (events.length === 0) break;
       self.postMessage({ type: Reply.EVENTS, events, at: Date.now() });
+      finished = events.some((e) => e.event === "finished");
+      if (!finished && saveDue(events)) await save();
     }
   } finally {
     clearInterval(sampler);
     stopped = run.state === "stopped";
     run.state = "ended";
   }
+  // A finished run has nothing left to resume; a stopped one may be taken up again.
+  if (finished) await deleteRun(meta.id).catch(() => {});
+  else if (stopped && run.saveEvery > 0) await save();
   return { type: Reply.ENDED, stopped };
 }
 
@@ -86,6 +122,7 @@ const handlers = {
   [Request.DESCRIBE]: async ({ backend }) => ({ type: Reply.DEVICE, report: await describeDevice(backend) }),
   [Request.PLAN]: async ({ url, config, backend }) => ({ type: Reply.PLANNED, preview: await planRun(url, config, backend) }),
   [Request.START]: train,
+  [Request.RESUME_SAVED]: resumeSaved,
   [Request.PAUSE]: () => {
     if (run.state === "running") run.state = "paused";
     return null; // the run's loop answers "paused" once the current step is done

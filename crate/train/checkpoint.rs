@@ -27,6 +27,9 @@ use crate::model::Model;
 /// rather than half read.
 pub const FORMAT: u32 = 1;
 
+/// How a checkpoint blob begins (see [`Checkpoint::to_bytes`]).
+pub const MAGIC: &[u8] = b"HEADROOM RUN\n";
+
 /// Losses and evaluations so far, for the curves of a resumed run.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct History {
@@ -150,6 +153,42 @@ impl Checkpoint {
             }
         }
         Ok(())
+    }
+
+    /// The whole checkpoint as one blob (what the page keeps in the browser's storage):
+    /// [`MAGIC`], then the state's JSON and the parameters, each after its length as a
+    /// little-endian u64, then the optimizer's state to the end.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let state = serde_json::to_vec(&self.state).expect("a run state serializes");
+        let mut bytes = MAGIC.to_vec();
+        for section in [&state, &self.model] {
+            bytes.extend((section.len() as u64).to_le_bytes());
+            bytes.extend(section);
+        }
+        bytes.extend(&self.optimizer);
+        bytes
+    }
+
+    /// Reads what [`to_bytes`](Self::to_bytes) wrote; refuses anything else in words.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, TrainError> {
+        let not_a_run =
+            || TrainError::Checkpoint("this is not a saved Headroom run, or it is cut short".into());
+        let mut rest = bytes.strip_prefix(MAGIC).ok_or_else(not_a_run)?;
+        let mut section = || -> Result<&[u8], TrainError> {
+            let (length, after) = rest.split_first_chunk::<8>().ok_or_else(not_a_run)?;
+            let length = usize::try_from(u64::from_le_bytes(*length)).map_err(|_| not_a_run())?;
+            let (section, after) = after.split_at_checked(length).ok_or_else(not_a_run)?;
+            rest = after;
+            Ok(section)
+        };
+        let state = section()?;
+        let model = section()?.to_vec();
+        let state: RunState = serde_json::from_slice(state).map_err(|e| unusable("its state", e))?;
+        Ok(Checkpoint {
+            state,
+            model,
+            optimizer: rest.to_vec(),
+        })
     }
 
     /// `model` with the saved parameters (and their ids) in place of its own. The

@@ -108,6 +108,14 @@ pub fn plan_run(url: String, config: JsValue, backend: String) -> js_sys::Promis
     })
 }
 
+/// What the page lists of a saved run.
+#[derive(Serialize)]
+struct SavedSummary<'a> {
+    step: u64,
+    total_steps: u64,
+    history: &'a checkpoint::History,
+}
+
 struct Running {
     trainer: Trainer,
     source: DataSource,
@@ -144,6 +152,66 @@ impl Training {
                 acquired,
             }
             .into())
+        })
+    }
+
+    /// Resolves to a `Training` that goes on from `bytes`, a checkpoint `checkpoint` made
+    /// (the same settings, step, optimizer state and place in the data), on the device
+    /// `backend` gives; rejects with `bad-checkpoint` where the bytes are not such a run or
+    /// the dataset at `url` is not the one it trained on.
+    pub fn resume(url: String, bytes: Vec<u8>, backend: String) -> js_sys::Promise {
+        future_to_promise(async move {
+            let saved = checkpoint::Checkpoint::from_bytes(&bytes).map_err(train_error_to_js)?;
+            let acquired = device::acquire(preference(&backend)?)
+                .await
+                .map_err(|e| error_to_js(ErrorKind::NoDevice, e))?;
+            let source = DataSource::open(&url, saved.state.config.stream_options())
+                .await
+                .map_err(data_error_to_js)?;
+            let (trainer, progress) =
+                checkpoint::restore(&saved, |_| {}, &source, acquired.device.clone(), acquired.backend)
+                    .map_err(train_error_to_js)?;
+            let probe = MemoryTracker::new(acquired.device.clone(), source.gauge().clone());
+            Ok(Training {
+                running: Rc::new(RefCell::new(Some(Running {
+                    trainer,
+                    source,
+                    progress,
+                }))),
+                probe: RefCell::new(probe),
+                acquired,
+            }
+            .into())
+        })
+    }
+
+    /// Resolves to `{ bytes, step, total_steps, history }`: the whole run as one blob (see
+    /// `Checkpoint::to_bytes`), read back asynchronously between two steps, and what the
+    /// page lists of it.
+    pub fn checkpoint(&self) -> js_sys::Promise {
+        let running = self.running.clone();
+        future_to_promise(async move {
+            let state = running
+                .borrow_mut()
+                .take()
+                .ok_or_else(|| error_to_js(ErrorKind::Busy, "the run is busy: await each call"))?;
+            let saved = checkpoint::capture(&state.trainer, &state.progress, &state.source).await;
+            let total_steps = state
+                .trainer
+                .config()
+                .total_steps(state.source.sample_count(crate::data::Split::Train));
+            *running.borrow_mut() = Some(state);
+            let saved = saved.map_err(train_error_to_js)?;
+            let summary = SavedSummary {
+                step: saved.state.step,
+                total_steps,
+                history: &saved.state.history,
+            };
+            let reply = js_sys::Object::new();
+            let bytes = js_sys::Uint8Array::from(saved.to_bytes().as_slice());
+            js_sys::Reflect::set(&reply, &"bytes".into(), &bytes)?;
+            js_sys::Reflect::set(&reply, &"summary".into(), &to_js(&summary)?)?;
+            Ok(reply.into())
         })
     }
 

@@ -1,0 +1,121 @@
+// Nothing lost: a run the page saves in the browser's storage survives a reload and a
+// killed renderer, and ends with the losses of a run that was never stopped.
+// tests/run-all sets HEADROOM_BIN and builds static/pkg and static/data first.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { openPlayground, setRun, sharedServerAndBrowser } from "../../web/harness.mjs";
+
+const STEPS = 120;
+const shared = sharedServerAndBrowser();
+
+/// The CPU backend: its losses repeat bit for bit, so a resumed run must give them exactly.
+const RUN = { dataset: "data/fashion-mnist", backend: "cpu", layers: "128", cap: "", batch: 128, steps: STEPS };
+
+async function startRun(page, saveEvery) {
+  await setRun(page, RUN);
+  await page.fill("#save-every", String(saveEvery));
+  await page.waitForFunction(() => /^Plan: /.test(document.getElementById("plan").textContent));
+  await page.click("#start");
+}
+
+const finished = (page) => page.waitForFunction(() => playground.state === "ended", null, { timeout: 300000 });
+
+/// Every step's loss the page logged (those a resumed run replayed included), by step.
+function losses(page) {
+  return page.evaluate(() => {
+    const steps = playground.log.entries().filter((e) => e.event === "step");
+    return steps.map((e) => [e.step, e.loss]);
+  });
+}
+
+/// Waits until the run saved itself at step `atLeast` or later; returns that step.
+async function savedAt(page, atLeast) {
+  const handle = await page.waitForFunction(
+    (n) => {
+      const match = /^Saved at step (\d+)/.exec(document.getElementById("saved-status").textContent);
+      return match && Number(match[1]) >= n ? Number(match[1]) : null;
+    },
+    atLeast,
+    { timeout: 120000 },
+  );
+  return handle.jsonValue();
+}
+
+/// Resumes the one saved run listed on `page`; returns the step it was saved at.
+async function resumeListed(page) {
+  await page.waitForSelector("#saved-list li");
+  const items = await page.$$("#saved-list li");
+  assert.equal(items.length, 1, "one saved run is offered");
+  const text = await items[0].textContent();
+  const step = Number(/step (\d+) of 120/.exec(text)?.[1]);
+  assert.ok(step > 0, text);
+  await page.click("#saved-list li button:text('Resume')");
+  return step;
+}
+
+/// A browser profile of its own, in which a page can be opened again after another died.
+async function profile() {
+  const context = await shared.browser.newContext({ viewport: { width: 1200, height: 900 } });
+  const open = () => openPlayground({ newPage: () => context.newPage() }, shared.server.url);
+  return { context, open };
+}
+
+test("a saved run survives a reload and a killed renderer: it resumes from its last checkpoint with its curves and ends with the uninterrupted run's losses", async () => {
+  const { context, open } = await profile();
+  const { page, problems } = await open();
+  await startRun(page, 0);
+  await finished(page);
+  const reference = await losses(page);
+  assert.equal(reference.length, STEPS);
+  const referenceAccuracy = await page.evaluate(() => playground.summary.eval.accuracy);
+  assert.equal(await page.isHidden("#saved-runs"), true, "a run that saves nothing leaves nothing");
+
+  // Reload mid-run: the run saved at step >= 8 is offered, with its losses so far.
+  await startRun(page, 4);
+  const saved = await savedAt(page, 8);
+  await page.reload();
+  await page.waitForFunction(() => document.getElementById("status").textContent === "Ready.");
+  const resumedFrom = await resumeListed(page);
+  assert.ok(resumedFrom >= saved, `offered step ${resumedFrom}, saved at ${saved}`);
+  await page.waitForFunction(() => /^Resuming at step|^Training/.test(document.getElementById("status").textContent));
+  await finished(page);
+  assert.match(await page.textContent("#status"), /^Finished: 120 steps/);
+  assert.deepEqual(await losses(page), reference, "the resumed run's losses (replayed and new) are the uninterrupted run's");
+  assert.equal(await page.evaluate(() => playground.summary.eval.accuracy), referenceAccuracy);
+  await page.waitForFunction(() => document.getElementById("saved-runs").hidden, null, { timeout: 10000 });
+
+  // Kill the renderer mid-run: a new page in the same browser profile resumes it.
+  await startRun(page, 4);
+  await savedAt(page, 8);
+  const crashed = new Promise((resolve) => page.once("crash", resolve));
+  const cdp = await page.context().newCDPSession(page);
+  cdp.send("Page.crash").catch(() => {}); // answers never: the renderer is gone
+  await crashed;
+  const { page: again, problems: againProblems } = await open();
+  await resumeListed(again);
+  await finished(again);
+  assert.deepEqual(await losses(again), reference, "after the crash too");
+  assert.deepEqual([...problems, ...againProblems], []);
+  await context.close();
+});
+
+test("deleting a saved run removes it from the list and from the browser's storage", async () => {
+  const { page, problems } = await openPlayground(shared.browser, shared.server.url);
+  await startRun(page, 2);
+  await savedAt(page, 2);
+  await page.click("#stop");
+  await finished(page);
+  await page.waitForSelector("#saved-list li");
+  await page.click("#saved-list li button:text('Delete')");
+  await page.waitForFunction(() => document.getElementById("saved-runs").hidden);
+  const left = await page.evaluate(async () => {
+    const root = await navigator.storage.getDirectory();
+    const runs = await root.getDirectoryHandle("runs");
+    const names = [];
+    for await (const name of runs.keys()) names.push(name);
+    return names;
+  });
+  assert.deepEqual(left, []);
+  assert.deepEqual(problems, []);
+  await page.close();
+});
