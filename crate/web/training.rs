@@ -131,6 +131,21 @@ pub struct Training {
     acquired: Acquired,
 }
 
+impl Training {
+    fn new(trainer: Trainer, progress: Progress, source: DataSource, acquired: Acquired) -> Self {
+        let probe = MemoryTracker::new(acquired.device.clone(), source.gauge().clone());
+        Training {
+            running: Rc::new(RefCell::new(Some(Running {
+                trainer,
+                source,
+                progress,
+            }))),
+            probe: RefCell::new(probe),
+            acquired,
+        }
+    }
+}
+
 #[wasm_bindgen]
 impl Training {
     /// Resolves to a `Training` once the device is acquired, the manifest is read and the
@@ -141,17 +156,7 @@ impl Training {
             let (config, acquired, source) = open(&url, config, &backend).await?;
             let trainer = Trainer::new(config, &source, acquired.device.clone(), acquired.backend)
                 .map_err(train_error_to_js)?;
-            let probe = MemoryTracker::new(acquired.device.clone(), source.gauge().clone());
-            Ok(Training {
-                running: Rc::new(RefCell::new(Some(Running {
-                    trainer,
-                    source,
-                    progress: Progress::default(),
-                }))),
-                probe: RefCell::new(probe),
-                acquired,
-            }
-            .into())
+            Ok(Training::new(trainer, Progress::default(), source, acquired).into())
         })
     }
 
@@ -171,17 +176,7 @@ impl Training {
             let (trainer, progress) =
                 checkpoint::restore(&saved, |_| {}, &source, acquired.device.clone(), acquired.backend)
                     .map_err(train_error_to_js)?;
-            let probe = MemoryTracker::new(acquired.device.clone(), source.gauge().clone());
-            Ok(Training {
-                running: Rc::new(RefCell::new(Some(Running {
-                    trainer,
-                    source,
-                    progress,
-                }))),
-                probe: RefCell::new(probe),
-                acquired,
-            }
-            .into())
+            Ok(Training::new(trainer, progress, source, acquired).into())
         })
     }
 
