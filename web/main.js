@@ -21,7 +21,8 @@ const charts = new Charts({
 // Everything a run reported, for the metrics file and what tests read; steps and memory
 // samples thinned beyond 5,000 each (bounded.js), everything else whole.
 const log = new MetricsLog();
-const page = { state: "loading", charts, log };
+// incidents: the failures runs met (kind, message), kept across runs.
+const page = { state: "loading", charts, log, incidents: [], loseDevice: () => post({ type: Request.LOSE_DEVICE }) };
 window.playground = page;
 
 let worker;
@@ -39,6 +40,7 @@ function setState(state) {
   $("resume").disabled = state !== "paused";
   $("stop").disabled = state !== "running" && state !== "paused";
   $("export-model").disabled = !(state === "paused" || (state === "ended" && page.trained));
+  $("export-run").disabled = $("export-model").disabled;
   $("export-metrics").disabled = log.length === 0;
   $("stream").disabled = state === "loading";
   for (const button of document.querySelectorAll("#saved-list button")) button.disabled = !idle;
@@ -223,8 +225,14 @@ function download(name, parts, type) {
 function onMessage({ data }) {
   switch (data.type) {
     case Reply.READY:
-      showStatus("Ready.");
-      setState("ready");
+      if (page.autoResume) {
+        resumeAfterLoss(page.autoResume);
+        page.autoResume = null;
+      } else {
+        // A fresh worker after a failed run: the failure stays on screen.
+        if (!$("status").classList.contains("error")) showStatus("Ready.");
+        setState("ready");
+      }
       refreshSavedRuns();
       post({ type: Request.DESCRIBE, backend: $("backend").value });
       schedulePlan();
@@ -237,6 +245,7 @@ function onMessage({ data }) {
       showDevice(data.preview.device);
       break;
     case Reply.STARTED:
+      page.runId = data.id;
       showDevice(data.device);
       showStatus("Training…");
       setState("running");
@@ -262,11 +271,15 @@ function onMessage({ data }) {
       refreshSavedRuns();
       break;
     case Reply.SAVED:
+      page.saved = { id: data.id, step: data.step };
       $("saved-status").textContent = `Saved at step ${data.step}: after a reload or a crash, resume it from Saved runs.`;
       refreshSavedRuns();
       break;
     case Reply.MODEL:
       download("headroom-model.bpk", [data.bytes], "application/octet-stream");
+      break;
+    case Reply.RUN:
+      download("headroom-run.bin", [data.bytes], "application/octet-stream");
       break;
     case Reply.STREAMED:
       showStreamed(data.manifest, data.figures);
@@ -278,6 +291,7 @@ function onMessage({ data }) {
 }
 
 function onError({ request, kind, message }) {
+  page.incidents.push({ request, kind, message, at: Date.now() });
   if (request === Request.PLAN) {
     $("plan").textContent = explain(message, kind);
     $("plan").dataset.kind = kind ?? "";
@@ -291,7 +305,14 @@ function onError({ request, kind, message }) {
   } else if (request === Request.START || request === Request.RESUME_SAVED) {
     // A failed run may leave the wasm instance unusable (a panic, a lost device): start over.
     startWorker();
-    showError(message, kind);
+    if (kind === ErrorKind.DEVICE_LOST && page.saved?.id === page.runId) {
+      // The fresh worker takes the run up from its last checkpoint once it is ready.
+      page.autoResume = page.saved.id;
+      showError(`${message}. A fresh worker resumes the run from its checkpoint at step ${page.saved.step}`, kind);
+      $("status").dataset.kind = "device-lost-resuming";
+    } else {
+      showError(message, kind);
+    }
     setState("ended");
   } else {
     showError(message, kind);
@@ -335,6 +356,23 @@ $("start").addEventListener("click", () => {
   post({ type: Request.START, ...run });
 });
 
+function resumeRun(run, status = `Resuming at step ${run.step}…`) {
+  beginRun(status);
+  page.resuming = run;
+  post({ type: Request.RESUME_SAVED, id: run.id });
+}
+
+/// After a lost device: the run `id` goes on from its last checkpoint in the fresh worker.
+async function resumeAfterLoss(id) {
+  const run = (await listRuns().catch(() => [])).find((r) => r.id === id);
+  if (!run) {
+    showError("The GPU device was lost and the run's checkpoint cannot be read; press Start to train again");
+    setState("ready");
+    return;
+  }
+  resumeRun(run, `The GPU device was lost: resuming from the checkpoint at step ${run.step}…`);
+}
+
 function describeSaved(run) {
   const model = run.config.model.kind.toUpperCase();
   const dataset = new URL(run.url).pathname.split("/").filter(Boolean).at(-1);
@@ -359,11 +397,7 @@ async function refreshSavedRuns() {
       item.dataset.id = run.id;
       const resume = Object.assign(document.createElement("button"), { type: "button", textContent: "Resume" });
       const remove = Object.assign(document.createElement("button"), { type: "button", textContent: "Delete", className: "secondary" });
-      resume.addEventListener("click", () => {
-        beginRun(`Resuming at step ${run.step}…`);
-        page.resuming = run;
-        post({ type: Request.RESUME_SAVED, id: run.id });
-      });
+      resume.addEventListener("click", () => resumeRun(run));
       remove.addEventListener("click", () => deleteRun(run.id).then(refreshSavedRuns, (error) => showError(error.message)));
       item.append(`${describeSaved(run)} `, resume, " ", remove);
       return item;
@@ -375,6 +409,7 @@ $("pause").addEventListener("click", () => post({ type: Request.PAUSE }));
 $("resume").addEventListener("click", () => post({ type: Request.RESUME }));
 $("stop").addEventListener("click", () => post({ type: Request.STOP }));
 $("export-model").addEventListener("click", () => post({ type: Request.EXPORT }));
+$("export-run").addEventListener("click", () => post({ type: Request.EXPORT_RUN }));
 $("export-metrics").addEventListener("click", () =>
   download("headroom-metrics.jsonl", log.entries().map((entry) => `${JSON.stringify(entry)}\n`), "application/x-ndjson"),
 );

@@ -7,6 +7,8 @@
 //   { type: "resume-saved", id, backend }              go on with a saved run (saved-runs.js)
 //   { type: "pause" } { type: "resume" } { type: "stop" }
 //   { type: "export" }                                 the model as a burnpack file
+//   { type: "export-run" }                             the whole run as a checkpoint blob
+//   { type: "lose-device" }                            test hook: destroy the GPU device (as a driver reset would)
 //   { type: "stream", url, split, batch, options }     read one epoch, no training
 // Replies (worker -> page):
 //   { type: "ready" }                                  once the wasm module is loaded
@@ -20,6 +22,7 @@
 //   { type: "ended", stopped }                         the run finished or was stopped
 //   { type: "saved", id, step }                        the run was saved (every saveEvery steps, on pause and stop)
 //   { type: "model", bytes }                           answers export (Uint8Array)
+//   { type: "run", bytes }                             answers export-run (Uint8Array)
 //   { type: "streamed", manifest, figures }            answers stream
 //   { type: "error", request, kind, message }          any failure: its ErrorKind, in plain words
 //
@@ -35,6 +38,8 @@ export const Request = Object.freeze({
   RESUME: "resume",
   STOP: "stop",
   EXPORT: "export",
+  EXPORT_RUN: "export-run",
+  LOSE_DEVICE: "lose-device",
   STREAM: "stream",
 });
 
@@ -50,6 +55,7 @@ export const Reply = Object.freeze({
   ENDED: "ended",
   SAVED: "saved",
   MODEL: "model",
+  RUN: "run",
   STREAMED: "streamed",
   ERROR: "error",
 });

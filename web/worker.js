@@ -4,6 +4,18 @@ import init, { DataStream, Training, describeDevice, planRun } from "../pkg/head
 import { ErrorKind, MEMORY_SAMPLE_MS, Reply, Request } from "./protocol.js";
 import { deleteRun, loadRun, saveRun } from "./saved-runs.js";
 
+// The GPU devices this worker asked for, so that a test can lose them as a driver reset
+// would (Request.LOSE_DEVICE): wgpu keeps its GPUDevice out of JavaScript's reach.
+const devices = [];
+if (self.GPUAdapter) {
+  const requestDevice = GPUAdapter.prototype.requestDevice;
+  GPUAdapter.prototype.requestDevice = async function (...args) {
+    const device = await requestDevice.apply(this, args);
+    devices.push(device);
+    return device;
+  };
+}
+
 const loaded = init();
 loaded.then(
   () => self.postMessage({ type: Reply.READY }),
@@ -105,6 +117,13 @@ async function drive(open, meta, saveEvery) {
   return { type: Reply.ENDED, stopped };
 }
 
+async function exportRun() {
+  if (!run.training) throw refuse("there is no run yet");
+  if (run.state === "running") throw refuse("pause or stop the run before downloading it");
+  const { bytes } = await run.training.checkpoint();
+  return { type: Reply.RUN, bytes };
+}
+
 async function exportModel() {
   if (!run.training) throw refuse("there is no trained model yet");
   if (run.state === "running") throw refuse("pause or stop the run before exporting");
@@ -138,6 +157,11 @@ const handlers = {
     return null; // the run's loop answers with "ended"
   },
   [Request.EXPORT]: exportModel,
+  [Request.EXPORT_RUN]: exportRun,
+  [Request.LOSE_DEVICE]: () => {
+    for (const device of devices) device.destroy();
+    return null;
+  },
   [Request.STREAM]: stream,
 };
 

@@ -1,5 +1,6 @@
 //! A saved run on disk: `run.json` (the state, the data location and the names of its two
-//! blobs) beside `model-STEP.bpk` and `optimizer-STEP.bpk`.
+//! blobs) beside `model-STEP.bpk` and `optimizer-STEP.bpk`; or, read only, a run file the
+//! page exported.
 //!
 //! A save never leaves the folder without a whole checkpoint: the blobs of the new step
 //! get names of their own, each file is written to a temporary name, flushed to disk and
@@ -18,6 +19,8 @@ use crate::train::checkpoint::{Checkpoint, RunState};
 const RUN_FILE: &str = "run.json";
 /// A larger `run.json` is not one this program wrote (its history holds 4 bytes a step).
 const MAX_RUN_FILE_BYTES: u64 = 256 << 20;
+/// A run file from the page holds a model that trained in a browser tab.
+const MAX_RUN_BLOB_BYTES: u64 = 16 << 30;
 
 #[derive(Serialize, Deserialize)]
 struct RunFile {
@@ -98,8 +101,21 @@ fn blob_path(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
     Ok(dir.join(name))
 }
 
-/// The checkpoint saved in `dir`, and the data location the run was started with.
-pub fn load(dir: &Path) -> anyhow::Result<(String, Checkpoint)> {
+/// The checkpoint saved at `path`, and the data location the run was started with: a
+/// folder this module wrote, or a run file the page exported (one blob, see
+/// `Checkpoint::to_bytes`), which names no data location.
+pub fn load(path: &Path) -> anyhow::Result<(Option<String>, Checkpoint)> {
+    if path.is_file() {
+        let bytes = read_limited(path, MAX_RUN_BLOB_BYTES)?;
+        let checkpoint =
+            Checkpoint::from_bytes(&bytes).with_context(|| format!("{} is not a saved run", path.display()))?;
+        return Ok((None, checkpoint));
+    }
+    let (data, checkpoint) = load_folder(path)?;
+    Ok((Some(data), checkpoint))
+}
+
+fn load_folder(dir: &Path) -> anyhow::Result<(String, Checkpoint)> {
     let path = dir.join(RUN_FILE);
     anyhow::ensure!(
         path.is_file(),

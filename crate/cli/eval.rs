@@ -1,17 +1,22 @@
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Args;
 
 use super::checkpoint_dir;
 use crate::data::{DataSource, Split};
 use crate::train::{BackendKind, checkpoint};
 
+/// What a run file from the page lacks.
+pub const NO_DATA: &str = "a run file exported from the page names no dataset location: pass --data URL";
+
 #[derive(Args)]
 pub struct EvalArgs {
-    /// A folder a run was saved in (by `train --save` or `--checkpoint-dir`).
+    /// A folder a run was saved in (by `train --save` or `--checkpoint-dir`), or a run file
+    /// the page exported ("Download run").
     dir: PathBuf,
-    /// Dataset URL or folder; the saved run's unless given. It must be the dataset the run
-    /// was trained on.
+    /// Dataset URL or folder; the saved run's unless given (a run file from the page needs
+    /// it). It must be the dataset the run was trained on.
     #[arg(long)]
     data: Option<String>,
     #[arg(long, value_enum, default_value = "wgpu")]
@@ -32,7 +37,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
         anyhow::bail!(why);
     }
     let (saved_data, saved) = checkpoint_dir::load(&args.dir)?;
-    let data = args.data.clone().unwrap_or(saved_data);
+    let data = args.data.clone().or(saved_data).context(NO_DATA)?;
     let source = DataSource::open(&data, saved.state.config.stream_options()).await?;
     let (mut trainer, _) = checkpoint::restore(
         &saved,

@@ -118,8 +118,8 @@ pub struct TrainArgs {
     checkpoint_dir: Option<PathBuf>,
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: u64,
-    /// Go on with the run saved in this folder (by --checkpoint-dir or --save), with its
-    /// settings: the model, optimizer, batch and data flags are not read. --steps or
+    /// Go on with the run saved in this folder (by --checkpoint-dir or --save), or in a run
+    /// file the page exported (with --data), with its settings: the model, optimizer, batch and data flags are not read. --steps or
     /// --epochs set a new end; checkpoints go on into the same folder unless
     /// --checkpoint-dir names another.
     #[arg(long)]
@@ -343,7 +343,7 @@ async fn start(args: &TrainArgs) -> anyhow::Result<(Trainer, Progress, DataSourc
         return Ok((trainer, Progress::default(), source, data));
     };
     let (saved_data, saved) = checkpoint_dir::load(dir)?;
-    let data = args.data.clone().unwrap_or(saved_data);
+    let data = args.data.clone().or(saved_data).context(super::eval::NO_DATA)?;
     let source = DataSource::open(&data, saved.state.config.stream_options()).await?;
     let duration = args.duration();
     let (trainer, progress) = checkpoint::restore(
@@ -380,7 +380,10 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
     }
     let (mut trainer, mut progress, source, data) = start(&args).await?;
     let config = trainer.config().clone();
-    let checkpoints = args.checkpoint_dir.clone().or_else(|| args.resume.clone());
+    // A folder run goes on saving where it was saved; a run file from the page only where
+    // --checkpoint-dir says.
+    let resumed_folder = args.resume.clone().filter(|path| path.is_dir());
+    let checkpoints = args.checkpoint_dir.clone().or(resumed_folder);
     let interrupted = interrupt_flag();
     let mut report = Report::new(args.metrics.as_ref(), config.cap)?;
     let summary = loop {

@@ -106,7 +106,7 @@ async fn acquire_webgpu() -> Result<WebGpu, String> {
         .await
         .map_err(|e| format!("no usable WebGPU adapter: {e}"))?;
     setup.device.set_device_lost_callback(|reason, message| {
-        let text = format!("the WebGPU device was lost ({reason:?}: {message})");
+        let text = format!("The WebGPU device was lost ({reason:?}: {message})");
         if let Ok(mut lost) = DEVICE_LOST.lock() {
             *lost = Some(text);
         }

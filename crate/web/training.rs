@@ -108,6 +108,23 @@ pub fn plan_run(url: String, config: JsValue, backend: String) -> js_sys::Promis
     })
 }
 
+/// How long a failed step waits for WebGPU's device-lost notice: a destroyed device fails
+/// the step's readback first, and the notice comes a moment later.
+const LOST_NOTICE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The error a failed step reports: a lost device where that is the cause (what failed is
+/// then only a symptom), else the step's own error.
+async fn cause_of(error: crate::train::TrainError) -> JsValue {
+    if device::device_lost().is_none() && error.kind() == ErrorKind::Readback {
+        crate::platform::sleep(LOST_NOTICE).await;
+    }
+    match device::device_lost() {
+        // The step's own error (a failed readback) says nothing more.
+        Some(reason) => error_to_js(ErrorKind::DeviceLost, reason),
+        None => train_error_to_js(error),
+    }
+}
+
 /// What the page lists of a saved run.
 #[derive(Serialize)]
 struct SavedSummary<'a> {
@@ -232,11 +249,10 @@ impl Training {
                 .ok_or_else(|| error_to_js(ErrorKind::Busy, "the run is busy: await each call"))?;
             let result = state.progress.advance(&mut state.trainer, &state.source).await;
             *running.borrow_mut() = Some(state);
-            let events = result.map_err(|e| match device::device_lost() {
-                // What failed is a symptom; the lost device is the cause.
-                Some(reason) => error_to_js(ErrorKind::DeviceLost, format!("{e} ({reason})")),
-                None => train_error_to_js(e),
-            })?;
+            let events = match result {
+                Ok(events) => events,
+                Err(error) => return Err(cause_of(error).await),
+            };
             to_js(&events)
         })
     }

@@ -2,6 +2,7 @@
 // killed renderer, and ends with the losses of a run that was never stopped.
 // tests/run-all sets HEADROOM_BIN and builds static/pkg and static/data first.
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { test } from "node:test";
 import { openPlayground, setRun, sharedServerAndBrowser } from "../../web/harness.mjs";
 
@@ -67,8 +68,23 @@ test("a saved run survives a reload and a killed renderer: it resumes from its l
   await finished(page);
   const reference = await losses(page);
   assert.equal(reference.length, STEPS);
-  const referenceAccuracy = await page.evaluate(() => playground.summary.eval.accuracy);
+  const referenceEval = await page.evaluate(() => playground.summary.eval);
+  const referenceAccuracy = referenceEval.accuracy;
   assert.equal(await page.isHidden("#saved-runs"), true, "a run that saves nothing leaves nothing");
+
+  // The run the page exports evaluates natively to the accuracy the page reported.
+  const [download] = await Promise.all([page.waitForEvent("download"), page.click("#export-run")]);
+  const runFile = await download.path();
+  const evaluated = JSON.parse(
+    execFileSync(process.env.HEADROOM_BIN, ["eval", runFile, "--data", `${shared.server.url}data/fashion-mnist`, "--backend", "ndarray", "--json"], {
+      encoding: "utf8",
+    }),
+  );
+  assert.equal(evaluated.step, STEPS);
+  assert.equal(evaluated.samples, referenceEval.samples);
+  // The same weights; wasm's and the native build's SIMD sum in their own orders.
+  assert.ok(Math.abs(evaluated.accuracy - referenceAccuracy) <= 2 / evaluated.samples, `${evaluated.accuracy} natively, ${referenceAccuracy} in the page`);
+  assert.ok(Math.abs(evaluated.loss - referenceEval.loss) <= 1e-4 * referenceEval.loss, `${evaluated.loss} natively, ${referenceEval.loss} in the page`);
 
   // Reload mid-run: the run saved at step >= 8 is offered, with its losses so far.
   await startRun(page, 4);
@@ -117,5 +133,36 @@ test("deleting a saved run removes it from the list and from the browser's stora
   });
   assert.deepEqual(left, []);
   assert.deepEqual(problems, []);
+  await page.close();
+});
+
+test("a GPU device lost mid-run is said in plain words, and a fresh worker resumes the run from its checkpoint to the losses of a run never lost", async () => {
+  const { page, problems } = await openPlayground(shared.browser, shared.server.url);
+  const onGpu = { ...RUN, backend: "webgpu", layers: "64", steps: 40 };
+  await setRun(page, onGpu);
+  await page.fill("#save-every", "0");
+  await page.click("#start");
+  await finished(page);
+  const reference = await losses(page);
+  assert.equal(reference.length, 40);
+
+  await page.fill("#save-every", "4");
+  await page.click("#start");
+  await savedAt(page, 8);
+  await page.evaluate(() => playground.loseDevice());
+  const lost = await page.waitForFunction(() => playground.incidents.find((i) => i.kind === "device-lost"), null, { timeout: 60000 });
+  const incident = await lost.jsonValue();
+  assert.match(incident.message, /WebGPU device was lost/);
+  await page.waitForFunction(() => /^The GPU device was lost: resuming from the checkpoint at step \d+/.test(document.getElementById("status").textContent) || playground.state === "running", null, { timeout: 60000 });
+  await finished(page);
+  assert.match(await page.textContent("#status"), /^Finished: 40 steps/);
+  const resumed = await losses(page);
+  assert.equal(resumed.length, 40);
+  for (const [i, [step, loss]] of resumed.entries()) {
+    assert.equal(step, reference[i][0]);
+    assert.ok(Math.abs(loss - reference[i][1]) <= 1e-5 * Math.abs(reference[i][1]), `step ${step}: ${loss} resumed, ${reference[i][1]} never lost`);
+  }
+  // The loss itself is reported; nothing else went wrong.
+  assert.deepEqual(problems.filter((p) => !/device (was )?lost|destroyed/i.test(p)), []);
   await page.close();
 });
