@@ -60,6 +60,7 @@ const ADVICE = {
   [ErrorKind.CRASHED]: "The training module crashed; a fresh worker is ready: press Start to try again.",
   [ErrorKind.DIVERGED]: "Lower the learning rate, or clip gradients.",
   [ErrorKind.BAD_CHECKPOINT]: "Delete this saved run and start a new one.",
+  [ErrorKind.STORAGE_FULL]: "Training goes on; delete saved runs to make room.",
 };
 
 /// The message, and what to do about it.

@@ -43,7 +43,7 @@ async function checkQuota(bytes) {
     const mib = (n) => (n / 2 ** 20).toFixed(1);
     throw storageError(
       `Not saved: the browser's storage for this page is full (${mib(usage)} of ${mib(quota)} MiB used, ` +
-        `the checkpoint needs ${mib(bytes)} MiB); the previous checkpoint is kept. Delete saved runs to make room`,
+        `the checkpoint needs ${mib(bytes)} MiB); the previous checkpoint is kept`,
       ErrorKind.STORAGE_FULL,
     );
   }

@@ -166,3 +166,22 @@ test("a GPU device lost mid-run is said in plain words, and a fresh worker resum
   assert.deepEqual(problems.filter((p) => !/device (was )?lost|destroyed/i.test(p)), []);
   await page.close();
 });
+
+test("a full storage quota is a plain error and the run goes on to the end", async () => {
+  const { page, problems } = await openPlayground(shared.browser, shared.server.url);
+  const cdp = await page.context().newCDPSession(page);
+  // Room for far less than one checkpoint (the model alone is 400 KB).
+  await cdp.send("Storage.overrideQuotaForOrigin", { origin: new URL(shared.server.url).origin, quotaSize: 64 * 1024 });
+  await setRun(page, { ...RUN, steps: 12 });
+  await page.fill("#save-every", "2");
+  await page.waitForFunction(() => /^Plan: /.test(document.getElementById("plan").textContent));
+  await page.click("#start");
+  await page.waitForFunction(() => document.getElementById("saved-status").dataset.kind === "storage-full", null, { timeout: 120000 });
+  // Refused by the estimate before writing, or by the write itself: in words either way.
+  assert.match(await page.textContent("#saved-status"), /^Not saved: the browser's storage (for this page )?is full .*the previous checkpoint is kept/);
+  await finished(page);
+  assert.match(await page.textContent("#status"), /^Finished: 12 steps/);
+  assert.equal((await losses(page)).length, 12);
+  assert.deepEqual(problems, []);
+  await page.close();
+});
