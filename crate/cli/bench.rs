@@ -28,6 +28,9 @@ pub enum BenchCommand {
     /// Many clients streaming an epoch from one `headroom serve` at once: correct, failed,
     /// and the server's peak memory.
     Serve(super::bench_serve::ServeBenchArgs),
+    /// A long run at a tight cap: the reservation after warm-up, the enforcements, and a
+    /// run taken up again from its checkpoint halfway against one never stopped.
+    Soak(super::bench_soak::SoakBenchArgs),
 }
 
 #[derive(Args)]
@@ -49,6 +52,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Pipeline(args) => super::bench_pipeline::bench_pipeline(args),
         BenchCommand::Inputs(args) => super::bench_inputs::bench_inputs(args),
         BenchCommand::Serve(args) => super::bench_serve::bench_serve(args).await,
+        BenchCommand::Soak(args) => super::bench_soak::bench_soak(args).await,
     }
 }
 

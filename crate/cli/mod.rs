@@ -4,6 +4,7 @@ mod bench;
 mod bench_inputs;
 mod bench_pipeline;
 mod bench_serve;
+mod bench_soak;
 mod bench_train;
 mod checkpoint_dir;
 mod eval;

@@ -27,7 +27,7 @@ impl Probe {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
     pub probes: Vec<Probe>,
 }

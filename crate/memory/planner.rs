@@ -105,7 +105,7 @@ impl Breakdown {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Candidate {
     pub micro_batch: usize,
     pub accumulation_steps: usize,

@@ -20,7 +20,7 @@ use super::precision::LossScaler;
 use super::run::Progress;
 use super::trainer::Trainer;
 use crate::data::{BatchReader, DataSource, ReaderPosition, Split};
-use crate::memory::{Enforcement, Enforcer, MemorySample};
+use crate::memory::{Calibration, Candidate, Enforcement, Enforcer, MemorySample};
 use crate::model::Model;
 
 /// Bumped when [`RunState`] changes shape: an older saved run is refused in plain words
@@ -53,6 +53,10 @@ pub struct RunState {
     pub skipped_steps: u64,
     pub enforcer: Option<Enforcer>,
     pub enforcements: Vec<Enforcement>,
+    /// The setting the run started with as the plan judged it, and the probe steps it
+    /// was calibrated on: a resumed run takes them as they were rather than probing again.
+    pub planned: Candidate,
+    pub calibration: Option<Calibration>,
     /// Where the training stream is; `None` between epochs.
     pub reader: Option<ReaderPosition>,
     pub history: History,
@@ -223,6 +227,8 @@ pub async fn capture(
         skipped_steps: trainer.skipped_steps,
         enforcer: trainer.enforcer,
         enforcements: trainer.enforcements.clone(),
+        planned: trainer.planned.clone(),
+        calibration: trainer.calibration.clone(),
         reader,
         history,
         busy_seconds: busy.as_secs_f64(),
@@ -257,7 +263,15 @@ pub fn restore(
     }
     let mut config = state.config.clone();
     adjust(&mut config);
-    let mut trainer = Trainer::new(config, source, device, backend)?;
+    // The plan and its calibration come from the save: no probe steps (they would hold
+    // pages the run has to share its cap with), and no cap for the planner to refuse.
+    let planning = TrainConfig {
+        calibrate: false,
+        cap: None,
+        ..config.clone()
+    };
+    let mut trainer = Trainer::new(planning, source, device, backend)?;
+    trainer.config = config;
     let fresh = trainer.model.take().expect("a new trainer holds its model");
     trainer.model = Some(checkpoint.load_model(fresh)?);
     trainer
@@ -271,8 +285,10 @@ pub fn restore(
     trainer.scaler = state.scaler.clone().filter(|_| trainer.scaler.is_some());
     trainer.skipped_in_a_row = state.skipped_in_a_row;
     trainer.skipped_steps = state.skipped_steps;
-    trainer.enforcer = state.enforcer.filter(|_| trainer.enforcer.is_some());
+    trainer.enforcer = state.enforcer.filter(|_| trainer.config.cap.is_some());
     trainer.enforcements = state.enforcements.clone();
+    trainer.planned = state.planned.clone();
+    trainer.calibration = state.calibration.clone();
     trainer.run_peak = state.run_peak;
     let prefetch = trainer.data_settings().prefetch;
     let reader = match &state.reader {

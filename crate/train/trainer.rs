@@ -62,8 +62,8 @@ pub struct Trainer {
     pub(super) enforcer: Option<Enforcer>,
     pub(super) enforcements: Vec<Enforcement>,
     /// The setting the run starts with, as the plan judged it.
-    planned: Candidate,
-    calibration: Option<Calibration>,
+    pub(super) planned: Candidate,
+    pub(super) calibration: Option<Calibration>,
 }
 
 /// The shrink the plan made before step 1: only where a micro-batch was asked for (without
