@@ -85,7 +85,8 @@ async fn run(
             drop((trainer, progress));
             // As a fresh process would start: without the dropped run's cached pages.
             backend.device().memory_cleanup();
-            (trainer, progress) = checkpoint::restore(checkpoint, |_| {}, source, backend.device(), backend.name())?;
+            (trainer, progress) =
+                checkpoint::restore(checkpoint, |_| {}, source, backend.device(), backend.name())?;
             resumed_from = Some(checkpoint.state.step);
             // The steps since the save run again; the trace keeps the ones the run resumes with.
             let kept = checkpoint.state.step as usize;
@@ -108,7 +109,10 @@ pub async fn bench_soak(args: SoakBenchArgs) -> anyhow::Result<()> {
     if let Some(why) = args.backend.unavailable() {
         anyhow::bail!(why);
     }
-    anyhow::ensure!(args.checkpoint_every >= 1 && args.steps >= 2 * args.checkpoint_every, "--steps must be at least twice --checkpoint-every");
+    anyhow::ensure!(
+        args.checkpoint_every >= 1 && args.steps >= 2 * args.checkpoint_every,
+        "--steps must be at least twice --checkpoint-every"
+    );
     let config = TrainConfig {
         model: args.model.model_config(),
         effective_batch: args.model.effective_batch,
@@ -131,7 +135,14 @@ pub async fn bench_soak(args: SoakBenchArgs) -> anyhow::Result<()> {
         ..config.clone()
     };
     let crash_at = args.steps / 2 + args.checkpoint_every / 2;
-    let (soak, resumed_from) = run(&capped, &source, args.backend, args.checkpoint_every, Some(crash_at)).await?;
+    let (soak, resumed_from) = run(
+        &capped,
+        &source,
+        args.backend,
+        args.checkpoint_every,
+        Some(crash_at),
+    )
+    .await?;
     let (reference, _) = run(&capped, &source, args.backend, args.steps, None).await?;
 
     let warm = 20.min(soak.memory.len());
@@ -169,8 +180,10 @@ pub async fn bench_soak(args: SoakBenchArgs) -> anyhow::Result<()> {
         format_bytes(after_warmup.saturating_sub(at_warm) as usize),
     );
     println!(
-        "process resident memory: step {warm} {}, step {steps} {}",
+        "process resident memory: step {warm} {}, step {} {}, step {steps} {}",
         format_bytes(host(warm) as usize),
+        steps / 2,
+        format_bytes(host(steps / 2) as usize),
         format_bytes(host(steps) as usize)
     );
     println!(

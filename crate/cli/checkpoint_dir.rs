@@ -107,8 +107,8 @@ fn blob_path(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
 pub fn load(path: &Path) -> anyhow::Result<(Option<String>, Checkpoint)> {
     if path.is_file() {
         let bytes = read_limited(path, MAX_RUN_BLOB_BYTES)?;
-        let checkpoint =
-            Checkpoint::from_bytes(&bytes).with_context(|| format!("{} is not a saved run", path.display()))?;
+        let checkpoint = Checkpoint::from_bytes(&bytes)
+            .with_context(|| format!("{} is not a saved run", path.display()))?;
         return Ok((None, checkpoint));
     }
     let (data, checkpoint) = load_folder(path)?;

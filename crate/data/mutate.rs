@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 
-use rand::{RngExt, SeedableRng};
+use rand::{Rng, RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use serde_json::Value;
@@ -150,10 +150,18 @@ pub fn open_and_read(manifest: &str, chunks: &BTreeMap<String, Vec<u8>>) -> Resu
     Ok(())
 }
 
-fn mutated(
+/// One case: `dataset` mutated by the draws of `rng`, then opened and read. Any source of
+/// draws will do: the seeded runs above, or a property-based test's shrinkable sequence.
+pub fn mutate_and_read<R: Rng + ?Sized>(dataset: &DatasetFiles, rng: &mut R) -> Result<(), String> {
+    let manifest: Value = serde_json::from_str(&dataset.manifest).unwrap_or(Value::Null);
+    let (manifest, chunks) = mutated(manifest, &dataset.chunks, rng);
+    open_and_read(&manifest, &chunks)
+}
+
+fn mutated<R: Rng + ?Sized>(
     mut manifest: Value,
     originals: &BTreeMap<String, Vec<u8>>,
-    rng: &mut ChaCha8Rng,
+    rng: &mut R,
 ) -> (String, BTreeMap<String, Vec<u8>>) {
     let mut chunks = originals.clone();
     let files: Vec<String> = chunks.keys().cloned().collect();
@@ -178,7 +186,7 @@ fn mutated(
     (text, chunks)
 }
 
-fn mutate_bytes(body: &mut Vec<u8>, other: &[u8], rng: &mut ChaCha8Rng) {
+fn mutate_bytes<R: Rng + ?Sized>(body: &mut Vec<u8>, other: &[u8], rng: &mut R) {
     match rng.random_range(0..5) {
         0 => body.truncate(rng.random_range(0..=body.len())),
         1 if !body.is_empty() => {
@@ -256,7 +264,7 @@ fn pointers(value: &Value, at: String, found: &mut Vec<String>) {
     found.push(at);
 }
 
-fn mutate_value(manifest: &mut Value, rng: &mut ChaCha8Rng) {
+fn mutate_value<R: Rng + ?Sized>(manifest: &mut Value, rng: &mut R) {
     let mut found = Vec::new();
     pointers(manifest, String::new(), &mut found);
     let pointer = found[rng.random_range(0..found.len())].clone();
