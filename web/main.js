@@ -323,7 +323,10 @@ function onError({ request, kind, message }) {
 function startWorker() {
   worker?.terminate();
   setState("loading");
-  worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
+  const script = new URL("./worker.js", import.meta.url);
+  // The worker keeps the page's choices (`?store=indexeddb`, see saved-runs.js).
+  script.search = location.search;
+  worker = new Worker(script, { type: "module" });
   worker.onmessage = onMessage;
   worker.onerror = (event) => {
     showError(`The worker failed: ${event.message ?? "unknown error"}`);

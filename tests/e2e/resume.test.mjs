@@ -185,3 +185,37 @@ test("a full storage quota is a plain error and the run goes on to the end", asy
   assert.deepEqual(problems, []);
   await page.close();
 });
+
+test("where runs are kept in IndexedDB (browsers without OPFS), a reloaded run resumes just the same", async () => {
+  const { page, problems } = await openPlayground(shared.browser, `${shared.server.url}?store=indexeddb`);
+  await startRun(page, 4);
+  await savedAt(page, 8);
+  await page.reload();
+  await page.waitForFunction(() => document.getElementById("status").textContent === "Ready.");
+  const kept = await page.evaluate(async () => {
+    const database = await new Promise((resolve, reject) => {
+      const opening = indexedDB.open("headroom");
+      opening.onsuccess = () => resolve(opening.result);
+      opening.onerror = () => reject(opening.error);
+    });
+    const records = await new Promise((resolve) => {
+      const request = database.transaction("runs").objectStore("runs").getAll();
+      request.onsuccess = () => resolve(request.result);
+    });
+    database.close();
+    const root = await navigator.storage.getDirectory();
+    const inOpfs = [];
+    for await (const name of root.keys()) inOpfs.push(name);
+    return { records: records.map((r) => ({ step: r.meta.step, bytes: r.bytes.byteLength })), inOpfs };
+  });
+  assert.equal(kept.records.length, 1, JSON.stringify(kept));
+  assert.ok(kept.records[0].bytes > 400000, "the checkpoint holds the model");
+  assert.deepEqual(kept.inOpfs, [], "nothing in OPFS");
+  const resumedFrom = await resumeListed(page);
+  assert.equal(resumedFrom, kept.records[0].step);
+  await finished(page);
+  assert.match(await page.textContent("#status"), /^Finished: 120 steps/);
+  assert.deepEqual((await losses(page)).map(([step]) => step), Array.from({ length: STEPS }, (_, i) => i + 1));
+  assert.deepEqual(problems, []);
+  await page.close();
+});
