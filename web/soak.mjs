@@ -46,16 +46,22 @@ try {
   const first = stepsOf(before);
   const second = stepsOf(after);
   const all = [...first.filter((s) => s.step <= resumedAt), ...second];
-  const memory = all.map((s) => s.memory);
+  // Each worker has its own device pool: growth is judged within each, after its warm-up.
   const warm = 20;
-  const atWarm = counted(memory[warm - 1]);
-  const afterWarm = Math.max(...memory.slice(warm).map(counted));
+  const growth = (run) => {
+    const counts = run.map((s) => counted(s.memory));
+    return { atWarm: counts[warm - 1], after: Math.max(...counts.slice(warm)), last: counts.at(-1) };
+  };
+  const firstWorker = growth(first);
+  const secondWorker = growth(second);
+  const memory = all.map((s) => s.memory);
   const wasm = (log) => log.filter((e) => e.event === "memory" || e.event === "step").map((e) => e.host_bytes ?? e.memory?.host_bytes).filter(Boolean);
   const enforcements = [...before, ...after].filter((e) => e.event === "enforced").map((e) => e.step);
   const losses = after.filter((e) => e.event === "step");
   const gaps = losses.filter((e, i) => e.step !== i + 1).length;
   console.log(`${steps} steps of MLP 784-${run.layers}-10, batch ${run.batch}, on WebGPU in headless Chromium under a cap of ${cap} MiB (${tightness}x the ${mib(counted(probe))} 5 uncapped steps reached), saved every ${saveEvery} steps`);
-  console.log(`counted (device reservation + data): step 10 ${mib(counted(memory[9]))}, step 100 ${mib(counted(memory[99]))}, step ${steps} ${mib(counted(memory.at(-1)))}; after step ${warm} at most ${mib(afterWarm)} (at step ${warm}: ${mib(atWarm)}); cap ${cap} MiB`);
+  console.log(`counted (device reservation + data): step 10 ${mib(counted(memory[9]))}, step 100 ${mib(counted(memory[99]))}, step ${steps} ${mib(counted(memory.at(-1)))}; cap ${cap} MiB`);
+  console.log(`first worker: ${mib(firstWorker.atWarm)} at its step ${warm}, at most ${mib(firstWorker.after)} after it, ${mib(firstWorker.last)} at its last step; the resumed worker: ${mib(secondWorker.atWarm)}, ${mib(secondWorker.after)}, ${mib(secondWorker.last)}`);
   console.log(`worker wasm memory: first run ${mib(Math.min(...wasm(before)))}-${mib(Math.max(...wasm(before)))}, after the reload ${mib(Math.min(...wasm(after)))}-${mib(Math.max(...wasm(after)))}; page JS heap at the end ${mib(heap)}`);
   console.log(`enforcements: ${enforcements.length} (after steps ${JSON.stringify(enforcements)})`);
   console.log(`reloaded after step ${first.at(-1).step}, resumed from the checkpoint at step ${resumedAt}: ${losses.length} step losses in the page's log (${gaps} out of place), status "${await page.textContent("#status")}"`);
