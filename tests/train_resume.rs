@@ -188,6 +188,27 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
     tail_cut.state.optimizer_sha256 = checkpoint::sha256_hex(&tail_cut.optimizer);
     assert!(refusal(&tail_cut, &source).1.contains("optimizer state"));
 
+    // An f16 step that overflowed has an infinite loss: JSON holds it as null, read as NaN.
+    let mut overflowed = saved();
+    overflowed.state.history.losses.push(f32::INFINITY);
+    let back = Checkpoint::from_bytes(&overflowed.to_bytes()).unwrap();
+    assert!(back.state.history.losses.last().unwrap().is_nan());
+
+    // Another model's optimizer state, checksum and all: refused, not a panic mid-step.
+    let narrower = TrainConfig {
+        model: ModelConfig::Mlp { hidden: vec![16] },
+        ..config.clone()
+    };
+    let mut other_trainer = Trainer::new(narrower, &source, backend.device(), backend.name()).unwrap();
+    let mut other_progress = Progress::default();
+    run_to_end(&mut other_trainer, &mut other_progress, &source, &[]).await;
+    let foreign = checkpoint::capture(&other_trainer, &other_progress, &source).await.unwrap();
+    let mut mixed = saved();
+    mixed.optimizer = foreign.optimizer;
+    mixed.state.optimizer_sha256 = checkpoint::sha256_hex(&mixed.optimizer);
+    let message = refusal(&mixed, &source).1;
+    assert!(message.contains("optimizer state") && message.contains("does not have"), "{message}");
+
     let mut moved = saved();
     moved.state.reader = Some(headroom::data::ReaderPosition {
         epoch: 0,

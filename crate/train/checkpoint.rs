@@ -33,7 +33,9 @@ pub const MAGIC: &[u8] = b"HEADROOM RUN\n";
 /// Losses and evaluations so far, for the curves of a resumed run.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct History {
-    /// The loss of step `i + 1` at `losses[i]`.
+    /// The loss of step `i + 1` at `losses[i]` (an f16 step that overflowed has an
+    /// infinite one, which comes back as NaN).
+    #[serde(deserialize_with = "super::events::floats_or_nan")]
     pub losses: Vec<f32>,
     pub evals: Vec<EvalRecord>,
 }
@@ -277,6 +279,7 @@ pub fn restore(
     trainer
         .optimizer
         .load_bytes(&checkpoint.optimizer, &trainer.device)
+        .and_then(|()| trainer.optimizer.check_fits(trainer.model()))
         .map_err(|why| unusable("reading the optimizer state", why))?;
     trainer.step = state.step;
     trainer.epoch = state.epoch;

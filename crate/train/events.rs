@@ -65,13 +65,28 @@ pub struct EvalRecord {
     pub split: Split,
     pub samples: usize,
     /// Mean cross-entropy per prediction (nats; per token for text).
+    #[serde(deserialize_with = "float_or_nan")]
     pub loss: f32,
     /// Right predictions: images classified, or next tokens guessed.
+    #[serde(deserialize_with = "float_or_nan")]
     pub accuracy: f32,
     /// e^loss: how many symbols the model is choosing among, on average.
+    #[serde(deserialize_with = "float_or_nan")]
     pub perplexity: f32,
     /// The peak while evaluating.
     pub memory: MemorySample,
+}
+
+/// JSON has no NaN or infinity: serde_json writes them as `null`, read back here as NaN
+/// (a saved run whose loss overflowed still loads).
+pub fn float_or_nan<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<f32, D::Error> {
+    Ok(Option::<f32>::deserialize(deserializer)?.unwrap_or(f32::NAN))
+}
+
+/// [`float_or_nan`] for each of a list.
+pub fn floats_or_nan<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<f32>, D::Error> {
+    let values = Vec::<Option<f32>>::deserialize(deserializer)?;
+    Ok(values.into_iter().map(|v| v.unwrap_or(f32::NAN)).collect())
 }
 
 #[derive(Clone, Debug, Serialize)]

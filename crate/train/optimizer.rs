@@ -141,7 +141,7 @@ fn moments<const D: usize>(
 ) -> AdaptiveMomentumState<D> {
     let mut tensors = state.tensors.into_iter().map(unflatten);
     let (Some(moment_1), Some(moment_2)) = (tensors.next(), tensors.next()) else {
-        unreachable!("Adam's state is stored with both moments")
+        unreachable!("Adam's state is stored with both moments, and a loaded one is checked (check_fits)")
     };
     AdaptiveMomentumState::new(state.time, moment_1, moment_2)
 }
@@ -216,6 +216,59 @@ impl ModuleMapper for Update<'_> {
             updated = updated.require_grad();
         }
         Param::from_mapped_value(id, updated, mapper)
+    }
+}
+
+/// Every float parameter's size, by id.
+struct Sizes(HashMap<ParamId, usize>);
+
+impl burn::module::ModuleVisitor for Sizes {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        self.0.insert(param.id, param.shape().num_elements());
+    }
+}
+
+impl Optimizer {
+    /// The tensors each parameter's state holds under this rule.
+    fn tensors_per_state(&self) -> usize {
+        match self.rule {
+            Rule::Adam(_) | Rule::AdamW(_) => 2,
+            Rule::Sgd {
+                momentum: Some(_), ..
+            } => 1,
+            Rule::Sgd { momentum: None, .. } => 0,
+        }
+    }
+
+    /// Refuses a loaded state that does not fit `model` under this rule: a parameter the
+    /// model lacks, a size not the parameter's, or another count of tensors. Each would
+    /// otherwise fail in the middle of a step.
+    pub fn check_fits(&self, model: &Model) -> Result<(), String> {
+        let mut sizes = Sizes(HashMap::new());
+        burn::module::Module::visit(model, &mut sizes);
+        for (id, state) in &self.states {
+            let elements = sizes
+                .0
+                .get(id)
+                .ok_or_else(|| format!("it holds state for a parameter ({id}) this model does not have"))?;
+            if state.tensors.len() != self.tensors_per_state() {
+                return Err(format!(
+                    "parameter {id} has {} tensors of state, this optimizer keeps {}",
+                    state.tensors.len(),
+                    self.tensors_per_state()
+                ));
+            }
+            if state
+                .tensors
+                .iter()
+                .any(|t| t.shape().num_elements() != *elements)
+            {
+                return Err(format!(
+                    "parameter {id}'s state is not the parameter's size ({elements})"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
