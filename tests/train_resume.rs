@@ -202,12 +202,17 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
     let mut other_trainer = Trainer::new(narrower, &source, backend.device(), backend.name()).unwrap();
     let mut other_progress = Progress::default();
     run_to_end(&mut other_trainer, &mut other_progress, &source, &[]).await;
-    let foreign = checkpoint::capture(&other_trainer, &other_progress, &source).await.unwrap();
+    let foreign = checkpoint::capture(&other_trainer, &other_progress, &source)
+        .await
+        .unwrap();
     let mut mixed = saved();
     mixed.optimizer = foreign.optimizer;
     mixed.state.optimizer_sha256 = checkpoint::sha256_hex(&mixed.optimizer);
     let message = refusal(&mixed, &source).1;
-    assert!(message.contains("optimizer state") && message.contains("does not have"), "{message}");
+    assert!(
+        message.contains("optimizer state") && message.contains("does not have"),
+        "{message}"
+    );
 
     let mut moved = saved();
     moved.state.reader = Some(headroom::data::ReaderPosition {
