@@ -385,6 +385,14 @@ function describeSaved(run) {
   return `${model} on ${dataset} (${run.backend}): step ${run.step} of ${run.total_steps}${lossText}, saved ${new Date(run.saved_at).toLocaleString()}`;
 }
 
+/// The curves of a saved run, before it is resumed.
+function previewSaved(run) {
+  charts.reset();
+  run.history.losses.forEach((loss, i) => charts.addStep(i + 1, loss));
+  for (const e of run.history.evals) charts.addEval(e.step, e.loss, e.accuracy);
+  $("progress").textContent = `Saved run: step ${run.step} of ${run.total_steps}. Resume it below, or start a new run.`;
+}
+
 /// The saved runs, each with Resume (its curves come back with it) and Delete.
 async function refreshSavedRuns() {
   let runs;
@@ -395,6 +403,8 @@ async function refreshSavedRuns() {
     return;
   }
   $("saved-runs").hidden = runs.length === 0;
+  // A page that has run nothing yet shows the newest saved run's curves.
+  if (runs.length > 0 && page.state === "ready" && log.length === 0) previewSaved(runs[0]);
   $("saved-list").replaceChildren(
     ...runs.map((run) => {
       const item = document.createElement("li");

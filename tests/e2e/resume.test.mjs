@@ -91,7 +91,11 @@ test("a saved run survives a reload and a killed renderer: it resumes from its l
   const saved = await savedAt(page, 8);
   await page.reload();
   await page.waitForFunction(() => document.getElementById("status").textContent === "Ready.");
+  // Before Resume, the page shows the saved run's curves.
+  await page.waitForFunction(() => /^Saved run: step \d+ of 120/.test(document.getElementById("progress").textContent));
+  const previewed = await page.evaluate(() => playground.charts.steps.train.filter((loss) => loss !== null));
   const resumedFrom = await resumeListed(page);
+  assert.deepEqual(previewed, reference.slice(0, resumedFrom).map(([, loss]) => loss), "the preview is the saved curve");
   assert.ok(resumedFrom >= saved, `offered step ${resumedFrom}, saved at ${saved}`);
   await page.waitForFunction(() => /^Resuming at step|^Training/.test(document.getElementById("status").textContent));
   await finished(page);
