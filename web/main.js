@@ -21,15 +21,37 @@ const charts = new Charts({
 // Everything a run reported, for the metrics file and what tests read; steps and memory
 // samples thinned beyond 5,000 each (bounded.js), everything else whole.
 const log = new MetricsLog();
-// incidents: the failures runs met (kind, message), kept across runs.
-const page = { state: "loading", charts, log, incidents: [], loseDevice: () => post({ type: Request.LOSE_DEVICE }) };
+// incidents: the failures runs met (kind, message), kept across runs. receive: a reply as
+// if from the worker (tests send late ones).
+const page = {
+  state: "loading",
+  charts,
+  log,
+  incidents: [],
+  loseDevice: () => post({ type: Request.LOSE_DEVICE }),
+  receive: (data) => onMessage({ data }),
+  newestRequest: (type) => newest[type],
+};
 window.playground = page;
 
 let worker;
 let planTimer;
+let lastRequestId = 0;
+/// The newest request of each type: a reply to an older one is stale.
+const newest = {};
 
+/// Sends `message` with a fresh request id, which the worker's reply carries back.
 function post(message) {
-  worker.postMessage(message);
+  const requestId = ++lastRequestId;
+  newest[message.type] = requestId;
+  worker.postMessage({ ...message, requestId });
+  return requestId;
+}
+
+/// Whether `reply` answers an older request of `type` than the newest sent (a plan for
+/// settings already changed again must not overwrite the newer one).
+function stale(reply, type) {
+  return reply.requestId !== undefined && reply.requestId !== newest[type];
 }
 
 function setState(state) {
@@ -239,9 +261,11 @@ function onMessage({ data }) {
       schedulePlan();
       break;
     case Reply.DEVICE:
+      if (stale(data, Request.DESCRIBE)) break;
       showDevice(data.report);
       break;
     case Reply.PLANNED:
+      if (stale(data, Request.PLAN)) break;
       showPlan(data.preview);
       showDevice(data.preview.device);
       break;
@@ -291,9 +315,11 @@ function onMessage({ data }) {
   }
 }
 
-function onError({ request, kind, message }) {
+function onError(reply) {
+  const { request, kind, message } = reply;
   page.incidents.push({ request, kind, message, at: Date.now() });
   if (request === Request.PLAN) {
+    if (stale(reply, Request.PLAN)) return;
     $("plan").textContent = explain(message, kind);
     $("plan").dataset.kind = kind ?? "";
     $("plan").classList.add("refused");

@@ -26,7 +26,9 @@
 //   { type: "streamed", manifest, figures }            answers stream
 //   { type: "error", request, kind, message }          any failure: its ErrorKind, in plain words
 //
-// config is the Rust TrainConfig; events, samples, previews and figures are the Rust
+// Every request carries a requestId the page numbers; the reply that answers it (and an
+// error it ends in) carries it back, so the page drops a reply to a request it has since
+// sent again (a late plan). config is the Rust TrainConfig; events, samples, previews and figures are the Rust
 // structs of the same names, serialized by serde.
 
 export const Request = Object.freeze({

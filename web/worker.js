@@ -171,8 +171,8 @@ self.onmessage = async ({ data }) => {
     const handler = handlers[data.type];
     if (!handler) throw new Error(`unknown request ${data.type}`);
     const reply = await handler(data);
-    if (reply) self.postMessage(reply, reply.bytes ? [reply.bytes.buffer] : []);
+    if (reply) self.postMessage({ ...reply, requestId: data.requestId }, reply.bytes ? [reply.bytes.buffer] : []);
   } catch (error) {
-    self.postMessage({ type: Reply.ERROR, request: data.type, kind: kindOf(error), message: describe(error) });
+    self.postMessage({ type: Reply.ERROR, request: data.type, requestId: data.requestId, kind: kindOf(error), message: describe(error) });
   }
 };
