@@ -29,6 +29,7 @@ const page = {
   log,
   incidents: [],
   loseDevice: () => post({ type: Request.LOSE_DEVICE }),
+  crashWorker: () => post({ type: Request.CRASH }),
   receive: (data) => onMessage({ data }),
   newestRequest: (type) => newest[type],
 };
@@ -248,6 +249,7 @@ function download(name, parts, type) {
 function onMessage({ data }) {
   switch (data.type) {
     case Reply.READY:
+      page.workerReady = true;
       if (page.autoResume) {
         resumeAfterLoss(page.autoResume);
         page.autoResume = null;
@@ -354,9 +356,19 @@ function startWorker() {
   script.search = location.search;
   worker = new Worker(script, { type: "module" });
   worker.onmessage = onMessage;
+  page.workerReady = false;
   worker.onerror = (event) => {
-    showError(`The worker failed: ${event.message ?? "unknown error"}`);
-    setState("ended");
+    const failure = `The worker failed: ${event.message ?? "unknown error"}`;
+    page.incidents.push({ request: null, kind: ErrorKind.CRASHED, message: failure, at: Date.now() });
+    // A worker that ran is replaced; one that never got ready (its module failed to load)
+    // would only fail again.
+    if (page.workerReady) {
+      startWorker();
+      showError(`${failure}; a fresh worker was started`, ErrorKind.CRASHED);
+    } else {
+      showError(failure);
+      setState("ended");
+    }
   };
 }
 

@@ -9,6 +9,7 @@
 //   { type: "export" }                                 the model as a burnpack file
 //   { type: "export-run" }                             the whole run as a checkpoint blob
 //   { type: "lose-device" }                            test hook: destroy the GPU device (as a driver reset would)
+//   { type: "crash" }                                  test hook: an uncaught error in the worker
 //   { type: "stream", url, split, batch, options }     read one epoch, no training
 // Replies (worker -> page):
 //   { type: "ready" }                                  once the wasm module is loaded
@@ -42,6 +43,7 @@ export const Request = Object.freeze({
   EXPORT: "export",
   EXPORT_RUN: "export-run",
   LOSE_DEVICE: "lose-device",
+  CRASH: "crash",
   STREAM: "stream",
 });
 

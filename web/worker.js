@@ -158,6 +158,13 @@ const handlers = {
   },
   [Request.EXPORT]: exportModel,
   [Request.EXPORT_RUN]: exportRun,
+  [Request.CRASH]: () => {
+    // Outside any handler: an uncaught error, as a bug in the worker would raise.
+    setTimeout(() => {
+      throw new Error("a crash a test asked for");
+    });
+    return null;
+  },
   [Request.LOSE_DEVICE]: () => {
     for (const device of devices) device.destroy();
     return null;

@@ -33,3 +33,17 @@ test("a plan reply to older settings is dropped; the reply to the newest request
   assert.deepEqual(problems, []);
   await page.close();
 });
+
+test("a worker that fails is replaced, the page says so, and the next run trains", async () => {
+  const { page, problems } = await openPlayground(shared.browser, shared.server.url);
+  await page.evaluate(() => playground.crashWorker());
+  await page.waitForFunction(() => /^The worker failed: .*a crash a test asked for.*; a fresh worker was started/.test(document.getElementById("status").textContent));
+  await page.waitForFunction(() => playground.state === "ready");
+  await setRun(page, { dataset: "data/fashion-mnist", backend: "cpu", layers: "32", cap: "", batch: 64, steps: 3 });
+  await page.click("#start");
+  await page.waitForFunction(() => playground.state === "ended", null, { timeout: 120000 });
+  assert.match(await page.textContent("#status"), /^Finished: 3 steps/);
+  // The crash itself is the one problem reported.
+  assert.ok(problems.every((p) => /a crash a test asked for/.test(p)), JSON.stringify(problems));
+  await page.close();
+});
