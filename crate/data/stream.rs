@@ -17,7 +17,7 @@ use crate::platform;
 use rand_chacha::ChaCha8Rng;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct StreamOptions {
     /// Chunks fetched ahead of the one being consumed.
     pub prefetch: usize,

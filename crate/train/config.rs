@@ -6,7 +6,7 @@ use crate::model::{InputShape, ModelConfig};
 pub use crate::settings::{OptimizerKind, Precision};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct OptimizerConfig {
     pub kind: OptimizerKind,
     pub learning_rate: f64,
@@ -49,8 +49,10 @@ pub enum Duration {
 }
 
 /// One run's settings; the same struct drives the CLI and the page.
+/// A field it does not know is refused, not ignored: the page, the comparison worker and a
+/// saved run cannot drift from this type without an error naming the field.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
     pub model: ModelConfig,
     pub optimizer: OptimizerConfig,
@@ -92,7 +94,7 @@ pub struct TrainConfig {
 
 /// What the GPT's samples start from and how they are drawn.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SampleConfig {
     pub prompt: String,
     pub generation: SampleSettings,
@@ -208,5 +210,35 @@ impl TrainConfig {
             return Err("gradient clipping norm must be positive".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pages_settings_parse_and_a_field_this_type_lacks_is_named() {
+        // What web/controls.js sends for the GPT, and web/compare's worker for the MLP.
+        let page = r#"{"model":{"kind":"gpt","layers":2,"heads":4,"width":128,"context":64},
+            "sample_every":50,"optimizer":{"learning_rate":0.001},"effective_batch":16,
+            "micro_batch":null,"duration":{"steps":300},"checkpointing":false,"precision":"f32",
+            "cap":268435456,"eval_every":100,"eval_samples":256,"seed":0,
+            "stream":{"prefetch":2,"seed":0}}"#;
+        let compare = r#"{"model":{"kind":"mlp","hidden":[128]},
+            "optimizer":{"kind":"adam","learning_rate":0.001,"epsilon":1e-7,"warmup_steps":0,"final_lr_fraction":1},
+            "effective_batch":64,"micro_batch":64,"duration":{"steps":20},"evaluate":true,
+            "eval_every":0,"eval_samples":1000,"stream":{"shuffle":false,"prefetch":2}}"#;
+        for json in [page, compare] {
+            serde_json::from_str::<TrainConfig>(json).unwrap();
+        }
+        for (json, field) in [
+            (r#"{"learning_rate":0.1}"#, "learning_rate"),
+            (r#"{"optimizer":{"learning_rat":0.1}}"#, "learning_rat"),
+            (r#"{"stream":{"prefetc":1}}"#, "prefetc"),
+        ] {
+            let error = serde_json::from_str::<TrainConfig>(json).unwrap_err().to_string();
+            assert!(error.contains(&format!("unknown field `{field}`")), "{error}");
+        }
     }
 }
