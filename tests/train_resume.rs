@@ -185,7 +185,7 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
             .1
             .contains("do not match their checksum")
     );
-    tail_cut.state.optimizer_sha256 = checkpoint::sha256_hex(&tail_cut.optimizer);
+    tail_cut.state.optimizer_sha256 = headroom::data::chunk::sha256_hex(&tail_cut.optimizer);
     assert!(refusal(&tail_cut, &source).1.contains("optimizer state"));
 
     // An f16 step that overflowed has an infinite loss: JSON holds it as null, read as NaN.
@@ -207,7 +207,7 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
         .unwrap();
     let mut mixed = saved();
     mixed.optimizer = foreign.optimizer;
-    mixed.state.optimizer_sha256 = checkpoint::sha256_hex(&mixed.optimizer);
+    mixed.state.optimizer_sha256 = headroom::data::chunk::sha256_hex(&mixed.optimizer);
     let message = refusal(&mixed, &source).1;
     assert!(
         message.contains("optimizer state") && message.contains("does not have"),

@@ -11,7 +11,6 @@ use burn::prelude::*;
 use burn::store::ModuleRecord;
 use burn::tensor::Bytes;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::config::TrainConfig;
 use super::error::TrainError;
@@ -19,6 +18,7 @@ use super::events::EvalRecord;
 use super::precision::LossScaler;
 use super::run::Progress;
 use super::trainer::Trainer;
+use crate::data::chunk::sha256_hex;
 use crate::data::{BatchReader, DataSource, ReaderPosition, Split};
 use crate::memory::{Calibration, Candidate, Enforcement, Enforcer, MemorySample};
 use crate::model::Model;
@@ -77,10 +77,6 @@ pub struct Checkpoint {
     pub state: RunState,
     pub model: Vec<u8>,
     pub optimizer: Vec<u8>,
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 fn dataset_sha256(source: &DataSource) -> String {

@@ -133,6 +133,15 @@ struct SavedSummary<'a> {
     history: &'a checkpoint::History,
 }
 
+/// The run, taken out for one call (put back when it ends); `busy` says why a call that
+/// comes meanwhile must wait.
+fn take(running: &Rc<RefCell<Option<Running>>>, busy: &str) -> Result<Running, JsValue> {
+    running
+        .borrow_mut()
+        .take()
+        .ok_or_else(|| error_to_js(ErrorKind::Busy, busy))
+}
+
 struct Running {
     trainer: Trainer,
     source: DataSource,
@@ -203,10 +212,7 @@ impl Training {
     pub fn checkpoint(&self) -> js_sys::Promise {
         let running = self.running.clone();
         future_to_promise(async move {
-            let state = running
-                .borrow_mut()
-                .take()
-                .ok_or_else(|| error_to_js(ErrorKind::Busy, "the run is busy: await each call"))?;
+            let state = take(&running, "the run is busy: await each call")?;
             let saved = checkpoint::capture(&state.trainer, &state.progress, &state.source).await;
             let total_steps = state
                 .trainer
@@ -243,10 +249,7 @@ impl Training {
                     format!("{reason}. Reload the page to start again."),
                 ));
             }
-            let mut state = running
-                .borrow_mut()
-                .take()
-                .ok_or_else(|| error_to_js(ErrorKind::Busy, "the run is busy: await each call"))?;
+            let mut state = take(&running, "the run is busy: await each call")?;
             let result = state.progress.advance(&mut state.trainer, &state.source).await;
             *running.borrow_mut() = Some(state);
             let events = match result {
@@ -269,10 +272,7 @@ impl Training {
     pub fn export_model(&self) -> js_sys::Promise {
         let running = self.running.clone();
         future_to_promise(async move {
-            let state = running
-                .borrow_mut()
-                .take()
-                .ok_or_else(|| error_to_js(ErrorKind::Busy, "the run is busy: pause it first"))?;
+            let state = take(&running, "the run is busy: pause it first")?;
             let bytes = checkpoint::model_bytes(state.trainer.model()).await;
             *running.borrow_mut() = Some(state);
             let bytes = bytes.map_err(train_error_to_js)?;
