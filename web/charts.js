@@ -1,6 +1,6 @@
 // Live charts with uPlot: loss and accuracy by step, memory by time. Data arrives
 // many times a second; the charts redraw at most every REDRAW_MS.
-import uPlot from "./node_modules/uplot/dist/uPlot.esm.js";
+import uPlot from "./vendor/uplot/uPlot.esm.js";
 import { halve, peakOf, pushBounded } from "./bounded.js";
 import { fillRows, formatBytes, toMiB } from "./format.js";
 

@@ -103,20 +103,28 @@ export function offerF16(available, reason) {
   if (!available && $("precision").value === "f16") $("precision").value = "f32";
 }
 
+const DATASET_INDEX = "data/index.json";
+
+/// Where an index entry's chunks are: its `url` (absolute, or relative to the index: a
+/// built site may point at chunks on another origin that allows CORS), else `data/PATH`.
+function datasetLocation({ url, path }, indexUrl) {
+  return url == null ? `data/${path}` : new URL(url, indexUrl).href.replace(/\/$/, "");
+}
+
 export async function listDatasets() {
-  const response = await fetch("data/index.json");
-  if (!response.ok) throw new Error(`data/index.json: HTTP ${response.status} (run headroom prepare, or web/play)`);
+  const response = await fetch(DATASET_INDEX);
+  if (!response.ok) throw new Error(`${DATASET_INDEX}: HTTP ${response.status} (run headroom prepare, or web/play)`);
   const { datasets } = await response.json();
   if (datasets.length === 0) throw new Error("no datasets prepared (run headroom prepare, or web/play)");
-  for (const { path, kind } of datasets) datasetKinds.set(`data/${path}`, kind ?? "images");
-  $("dataset").replaceChildren(
-    ...datasets.map(({ path, name, train, test, kind }) => {
-      const unit = kind === "text" ? " characters" : "";
-      return new Option(`${name} (${train} + ${test}${unit})`, `data/${path}`);
-    }),
-  );
-  const fashion = datasets.find(({ path }) => path === "fashion-mnist");
-  if (fashion) $("dataset").value = `data/${fashion.path}`;
+  const options = datasets.map((entry) => {
+    const location = datasetLocation(entry, response.url);
+    datasetKinds.set(location, entry.kind ?? "images");
+    const unit = entry.kind === "text" ? " characters" : "";
+    return new Option(`${entry.name} (${entry.train} + ${entry.test}${unit})`, location);
+  });
+  $("dataset").replaceChildren(...options);
+  const fashion = datasets.findIndex(({ name }) => name === "fashion-mnist");
+  if (fashion >= 0) $("dataset").value = options[fashion].value;
 }
 
 /// Tokens per window when the chosen dataset is text (the GPT's context + 1), else null.

@@ -18,9 +18,11 @@ export const CHROMIUM_ARGS = [
   "--no-sandbox",
 ];
 
-/// Serves static/ and web/ on a free port; resolves to { url, stop }.
-export function serve(binary = process.env.HEADROOM_BIN ?? join(repo, "target", "debug", "headroom")) {
-  const server = spawn(binary, ["serve", "--addr", "127.0.0.1:0", "--root", "static", "--web", "web"], { cwd: repo });
+/// Serves static/ and web/ (or `root` alone: a site web/build-site built) on a free port;
+/// resolves to { url, stop }.
+export function serve(binary = process.env.HEADROOM_BIN ?? join(repo, "target", "debug", "headroom"), root = null) {
+  const folders = root == null ? ["--root", "static", "--web", "web"] : ["--root", root];
+  const server = spawn(binary, ["serve", "--addr", "127.0.0.1:0", ...folders], { cwd: repo });
   return new Promise((resolve, reject) => {
     server.on("error", reject);
     server.on("exit", (code) => reject(new Error(`headroom serve exited with ${code}`)));

@@ -17,6 +17,22 @@ async function measure() {
   return null;
 }
 
+/// Why the page's JS heap series is partial or missing, in words; null when the page
+/// measures its whole heap.
+export function heapNote() {
+  if (self.crossOriginIsolated && performance.measureUserAgentSpecificMemory) return null;
+  const why = self.crossOriginIsolated
+    ? "This browser has no performance.measureUserAgentSpecificMemory()"
+    : "The page is not cross-origin isolated (its host sends no COOP/COEP headers), so the browser does not measure its whole JS heap";
+  const series = performance.memory
+    ? "the page JS heap series is the main thread's heap alone, from performance.memory, which the browser rounds"
+    : "the page JS heap series is missing";
+  const fix = self.crossOriginIsolated
+    ? ""
+    : " Serve the page with COOP/COEP headers (headroom serve does), or build the site with web/build-site --isolate, whose service worker adds them.";
+  return `${why}: ${series}; every other series is measured.${fix}`;
+}
+
 /// Calls onSample({ bytes, source }) about once a second until the returned function is called.
 export function sampleHeap(onSample) {
   let running = true;

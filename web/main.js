@@ -3,7 +3,7 @@ import { MetricsLog } from "./bounded.js";
 import { Charts, countedBytes } from "./charts.js";
 import { listDatasets, offerF16, onModelChange, readRun } from "./controls.js";
 import { fillTable, formatBytes } from "./format.js";
-import { sampleHeap } from "./heap.js";
+import { heapNote, sampleHeap } from "./heap.js";
 import { ErrorKind, Reply, Request } from "./protocol.js";
 import { deleteRun, listRuns } from "./saved-runs.js";
 import { showStreamError, showStreamed, wireStreamPanel } from "./stream-panel.js";
@@ -472,6 +472,9 @@ $("backend").addEventListener("change", () => post({ type: Request.DESCRIBE, bac
 $("run-form").addEventListener("submit", (event) => event.preventDefault());
 wireStreamPanel(post);
 sampleHeap(({ bytes }) => charts.setHeap(bytes));
+const heapLimit = heapNote();
+$("heap-note").hidden = heapLimit == null;
+$("heap-note").textContent = heapLimit ?? "";
 
 startWorker();
 listDatasets().then(schedulePlan, (error) => showError(`No datasets: ${error.message}`));
