@@ -4,10 +4,14 @@
 //! native differ (spawning, sleeping, fetching bytes).
 
 pub mod data;
+#[cfg(feature = "train")]
 pub mod memory;
+#[cfg(feature = "train")]
 pub mod model;
 pub mod platform;
+#[cfg(feature = "train")]
 pub mod settings;
+#[cfg(feature = "train")]
 pub mod train;
 pub mod units;
 
@@ -15,5 +19,5 @@ pub mod units;
 pub mod cli;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod server;
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", feature = "train"))]
 pub mod web;

@@ -2,6 +2,7 @@
 #![cfg(target_arch = "wasm32")]
 
 mod wasm_common;
+mod wasm_config;
 
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 

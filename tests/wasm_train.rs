@@ -10,14 +10,14 @@ use headroom::train::{Duration, Precision, Progress, TrainConfig, TrainEvent, Tr
 use headroom::web::device::{self, Preference};
 use wasm_bindgen_test::wasm_bindgen_test;
 
+mod wasm_config;
+
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_dedicated_worker);
 
 const CAP: u64 = 256 * 1024 * 1024;
 
-fn dataset_url() -> String {
-    let server = option_env!("HEADROOM_TEST_DATA_URL")
-        .expect("HEADROOM_TEST_DATA_URL must name a running `headroom serve`; tests/run-all sets it");
-    format!("{server}/synthetic")
+async fn dataset_url() -> String {
+    format!("{}/synthetic", wasm_config::load().await.data_url)
 }
 
 fn config(precision: Precision) -> TrainConfig {
@@ -37,7 +37,7 @@ fn config(precision: Precision) -> TrainConfig {
 /// Runs `config` to the end on the device `preference` gives; returns every event.
 async fn train(preference: Preference, config: TrainConfig) -> (String, Vec<TrainEvent>) {
     let acquired = device::acquire(preference).await.expect("a device");
-    let source = DataSource::open(&dataset_url(), config.stream_options())
+    let source = DataSource::open(&dataset_url().await, config.stream_options())
         .await
         .unwrap();
     let trainer = Trainer::new(config, &source, acquired.device, acquired.backend).unwrap();
@@ -177,7 +177,7 @@ async fn webgpu_gives_the_cpu_fallbacks_losses_from_the_same_weights() {
         ..config(Precision::F32)
     };
     config.seed = 9;
-    let source = DataSource::open(&dataset_url(), config.stream_options())
+    let source = DataSource::open(&dataset_url().await, config.stream_options())
         .await
         .unwrap();
     let cpu = device::acquire(Preference::Cpu).await.unwrap();

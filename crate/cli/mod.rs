@@ -1,18 +1,29 @@
 //! The `headroom` command line.
 
+#[cfg(feature = "train")]
 mod bench;
+#[cfg(feature = "train")]
 mod bench_inputs;
+#[cfg(feature = "train")]
 mod bench_pipeline;
+#[cfg(feature = "train")]
 mod bench_serve;
+#[cfg(feature = "train")]
 mod bench_soak;
+#[cfg(feature = "train")]
 mod bench_train;
+#[cfg(feature = "train")]
 mod checkpoint_dir;
+#[cfg(feature = "train")]
 mod eval;
+#[cfg(feature = "train")]
 mod model_args;
+#[cfg(feature = "train")]
 mod plan;
 mod prepare;
 mod serve;
 mod stream;
+#[cfg(feature = "train")]
 mod train;
 
 use std::process::ExitCode;
@@ -24,6 +35,13 @@ use clap::{Parser, Subcommand};
     name = "headroom",
     version,
     about = "Train small networks under a hard memory cap"
+)]
+#[cfg_attr(
+    not(feature = "train"),
+    command(
+        after_help = "This build has no trainer (built without the `train` feature): it prepares, \
+                          serves and streams data. `cargo build --bin headroom` builds the whole command line."
+    )
 )]
 struct Cli {
     #[command(subcommand)]
@@ -39,12 +57,16 @@ enum Command {
     /// Stream a dataset as training would, verify every chunk, and report figures.
     Stream(stream::StreamArgs),
     /// Train a model on a dataset streamed from a URL or folder.
+    #[cfg(feature = "train")]
     Train(train::TrainArgs),
     /// Evaluate a saved run (`train --save` or `--checkpoint-dir`) on a split.
+    #[cfg(feature = "train")]
     Eval(eval::EvalArgs),
     /// Predict the peak memory of training settings and pick the one that fits a cap.
+    #[cfg(feature = "train")]
     Plan(plan::PlanArgs),
     /// Benchmarks that print figures.
+    #[cfg(feature = "train")]
     #[command(subcommand)]
     Bench(bench::BenchCommand),
 }
@@ -63,9 +85,13 @@ pub fn main() -> ExitCode {
             Command::Prepare(args) => prepare::run(args),
             Command::Serve(args) => serve::run(args).await,
             Command::Stream(args) => stream::run(args).await,
+            #[cfg(feature = "train")]
             Command::Train(args) => train::run(args).await,
+            #[cfg(feature = "train")]
             Command::Plan(args) => plan::run(args).await,
+            #[cfg(feature = "train")]
             Command::Eval(args) => eval::run(args).await,
+            #[cfg(feature = "train")]
             Command::Bench(command) => bench::run(command).await,
         }
     });

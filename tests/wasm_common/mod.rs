@@ -1,5 +1,5 @@
 //! The wasm tests' bodies, run both in a window and in a dedicated worker against a real
-//! `headroom serve` that `tests/run-all` starts (its URL arrives at compile time).
+//! `headroom serve` that `tests/run-all` starts (its URL is read at run time, `wasm_config`).
 
 /// Declares every streaming test in the including test binary, whose configuration picks
 /// window or worker.
@@ -32,12 +32,9 @@ use std::time::Duration;
 use headroom::data::scan::scan_epoch;
 use headroom::data::{DataError, DataSource, FetchCause, RetryPolicy, Split, StreamOptions};
 
-fn server_url() -> &'static str {
-    option_env!("HEADROOM_TEST_DATA_URL")
-        .expect("HEADROOM_TEST_DATA_URL must name a running `headroom serve`; tests/run-all sets it")
-}
+use crate::wasm_config;
 
-/// Options the native side used to compute `HEADROOM_TEST_ORDER_DIGEST`.
+/// Options the native side used to compute the order digests.
 fn options() -> StreamOptions {
     StreamOptions {
         seed: 7,
@@ -52,7 +49,8 @@ fn options() -> StreamOptions {
 }
 
 pub async fn an_epoch_arrives_verified_within_its_bound_and_in_the_same_order_as_natively() {
-    let source = DataSource::open(&format!("{}/synthetic", server_url()), options())
+    let config = wasm_config::load().await;
+    let source = DataSource::open(&format!("{}/synthetic", config.data_url), options())
         .await
         .unwrap();
     let figures = scan_epoch(&source, Split::Train, 0, 64).await.unwrap();
@@ -64,9 +62,8 @@ pub async fn an_epoch_arrives_verified_within_its_bound_and_in_the_same_order_as
         figures.memory
     );
     assert_eq!(figures.memory.bytes_held, 0);
-    let native = option_env!("HEADROOM_TEST_ORDER_DIGEST").expect("tests/run-all computes it natively");
     assert_eq!(
-        figures.order_digest, native,
+        figures.order_digest, config.order_digest,
         "wasm32 and native must shuffle alike"
     );
 }
@@ -74,11 +71,12 @@ pub async fn an_epoch_arrives_verified_within_its_bound_and_in_the_same_order_as
 /// Windows of 33 tokens at seeded offsets: the digest of the windows, in order, matches
 /// the one `headroom stream --window 33` computed natively.
 pub async fn text_windows_arrive_in_the_same_order_as_natively() {
+    let config = wasm_config::load().await;
     let options = StreamOptions {
         window: Some(33),
         ..options()
     };
-    let source = DataSource::open(&format!("{}/text", server_url()), options)
+    let source = DataSource::open(&format!("{}/text", config.data_url), options)
         .await
         .unwrap();
     let figures = scan_epoch(&source, Split::Train, 0, 64).await.unwrap();
@@ -88,18 +86,18 @@ pub async fn text_windows_arrive_in_the_same_order_as_natively() {
         "{:?}",
         figures.memory
     );
-    let native = option_env!("HEADROOM_TEST_TEXT_DIGEST").expect("tests/run-all computes it natively");
     assert_eq!(
-        figures.order_digest, native,
+        figures.order_digest, config.text_digest,
         "wasm32 and native must draw the same windows"
     );
 }
 
 pub async fn a_corrupt_chunk_is_reported_by_name_and_never_delivered() {
-    let source = DataSource::open(&format!("{}/synthetic-corrupt", server_url()), options())
+    let config = wasm_config::load().await;
+    let source = DataSource::open(&format!("{}/synthetic-corrupt", config.data_url), options())
         .await
         .unwrap();
-    let corrupt = option_env!("HEADROOM_TEST_CORRUPT_CHUNK").expect("tests/run-all corrupts one chunk");
+    let corrupt = config.corrupt_chunk.as_str();
     let mut stream = source.epoch(Split::Train, 0).unwrap();
     loop {
         match stream.next_chunk().await {
@@ -121,7 +119,8 @@ pub async fn a_corrupt_chunk_is_reported_by_name_and_never_delivered() {
 }
 
 pub async fn a_missing_dataset_is_a_clear_error() {
-    let error = DataSource::open(&format!("{}/no-such-dataset", server_url()), options())
+    let data_url = wasm_config::load().await.data_url;
+    let error = DataSource::open(&format!("{data_url}/no-such-dataset"), options())
         .await
         .err()
         .unwrap();
