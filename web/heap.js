@@ -4,8 +4,12 @@
 
 const INTERVAL_MS = 1000;
 
+/// Whether the browser measures the page's whole heap here: both measure() and heapNote()
+/// follow it, so the note never disagrees with the series.
+const measuresWholeHeap = () => self.crossOriginIsolated && typeof performance.measureUserAgentSpecificMemory === "function";
+
 async function measure() {
-  if (self.crossOriginIsolated && performance.measureUserAgentSpecificMemory) {
+  if (measuresWholeHeap()) {
     try {
       const { bytes } = await performance.measureUserAgentSpecificMemory();
       return { bytes, source: "measureUserAgentSpecificMemory" };
@@ -20,7 +24,7 @@ async function measure() {
 /// Why the page's JS heap series is partial or missing, in words; null when the page
 /// measures its whole heap.
 export function heapNote() {
-  if (self.crossOriginIsolated && performance.measureUserAgentSpecificMemory) return null;
+  if (measuresWholeHeap()) return null;
   const why = self.crossOriginIsolated
     ? "This browser has no performance.measureUserAgentSpecificMemory()"
     : "The page is not cross-origin isolated (its host sends no COOP/COEP headers), so the browser does not measure its whole JS heap";
