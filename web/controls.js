@@ -1,7 +1,14 @@
-// The run form: read into the Rust TrainConfig, with every bad value named.
+// @ts-check
+// The run form: read into the Rust TrainConfig, with every bad value named. tsc checks the
+// config built here against the type generated from Rust (web/types, tests/run-all).
 import { fromMiB } from "./format.js";
 
-const $ = (id) => document.getElementById(id);
+/** @typedef {import("./types/train-config").TrainConfig} TrainConfig */
+/** @typedef {import("./types/train-config").ModelConfig} ModelConfig */
+/** @typedef {import("./types/train-config").Precision} Precision */
+
+/** The form's fields: inputs and selects, read by value. */
+const $ = (/** @type {string} */ id) => /** @type {HTMLInputElement} */ (document.getElementById(id));
 
 const LAYER_DEFAULTS = { mlp: ["Hidden widths", "256"], cnn: ["Channels", "8,16"] };
 /// The effective batch each kind of model starts with: images, or windows of text.
@@ -13,8 +20,9 @@ const TEXT_EVAL_WINDOWS = 256;
 export function onModelChange() {
   const model = $("model").value;
   const text = model === "gpt";
-  for (const label of document.querySelectorAll(".gpt-only")) label.hidden = !text;
-  for (const label of document.querySelectorAll(".image-only")) label.hidden = text;
+  const labels = (/** @type {string} */ selector) => /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll(selector));
+  for (const label of labels(".gpt-only")) label.hidden = !text;
+  for (const label of labels(".image-only")) label.hidden = text;
   if (!text) {
     const [label, value] = LAYER_DEFAULTS[model];
     $("layers-label").textContent = label;
@@ -59,6 +67,7 @@ export function readRun() {
   if (!Number.isInteger(seed) || seed < 0) throw new Error("Seed must be a whole number");
   const prefetch = Number($("prefetch").value);
   if (!Number.isInteger(prefetch) || prefetch < 0) throw new Error("Prefetch must be a whole number of chunks");
+  /** @type {Record<string, () => ModelConfig>} */
   const models = {
     mlp: () => ({ kind: "mlp", hidden: layers() }),
     cnn: () => ({ kind: "cnn", channels: layers() }),
@@ -72,6 +81,7 @@ export function readRun() {
   };
   const sampleEvery = Number($("sample-every").value);
   if (!Number.isInteger(sampleEvery) || sampleEvery < 0) throw new Error("Sample every must be a whole number of steps");
+  /** @type {TrainConfig} */
   const config = {
     model: models[model](),
     sample_every: sampleEvery,
@@ -80,7 +90,8 @@ export function readRun() {
     micro_batch: micro,
     duration: { steps: positiveInteger("steps", "Steps") },
     checkpointing: $("checkpointing").checked,
-    precision: $("precision").value,
+    // The select offers only Precision's values.
+    precision: /** @type {Precision} */ ($("precision").value),
     cap: capMiB === null ? null : fromMiB(capMiB),
     eval_every: 100,
     // Text: the first windows of the test split, a quick and repeatable perplexity (the
@@ -96,7 +107,7 @@ export function readRun() {
 
 /// f16 is offered only where the adapter has shader-f16.
 export function offerF16(available, reason) {
-  const option = $("precision").querySelector('option[value="f16"]');
+  const option = /** @type {HTMLOptionElement} */ ($("precision").querySelector('option[value="f16"]'));
   option.disabled = !available;
   option.title = available ? "" : reason;
   option.textContent = available ? "f16" : `f16 (unavailable: ${reason})`;

@@ -5,6 +5,7 @@ use crate::model::generate::SampleSettings;
 use crate::model::{InputShape, ModelConfig};
 pub use crate::settings::{OptimizerKind, Precision};
 
+#[cfg_attr(test, derive(tsify::Tsify))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OptimizerConfig {
@@ -41,6 +42,7 @@ impl Default for OptimizerConfig {
 }
 
 /// How long to train: whole epochs, or a number of optimizer steps.
+#[cfg_attr(test, derive(tsify::Tsify))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Duration {
@@ -51,6 +53,7 @@ pub enum Duration {
 /// One run's settings; the same struct drives the CLI and the page.
 /// A field it does not know is refused, not ignored: the page, the comparison worker and a
 /// saved run cannot drift from this type without an error naming the field.
+#[cfg_attr(test, derive(tsify::Tsify))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
@@ -62,6 +65,8 @@ pub struct TrainConfig {
     /// accumulated into one step. `None`: the planner picks the largest that fits the cap
     /// (the effective batch without a cap).
     pub micro_batch: Option<usize>,
+    // tsify reads any type named Duration as std's.
+    #[cfg_attr(test, tsify(type = "Duration"))]
     pub duration: Duration,
     /// Activation checkpointing: keep only each segment's input (a layer of the MLP, a
     /// conv block of the CNN) and recompute the segment during backward: less memory, one
@@ -93,6 +98,7 @@ pub struct TrainConfig {
 }
 
 /// What the GPT's samples start from and how they are drawn.
+#[cfg_attr(test, derive(tsify::Tsify))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SampleConfig {
@@ -240,5 +246,51 @@ mod tests {
             let error = serde_json::from_str::<TrainConfig>(json).unwrap_err().to_string();
             assert!(error.contains(&format!("unknown field `{field}`")), "{error}");
         }
+    }
+
+    /// The config type the page and the comparison worker build (web/types/train-config.d.ts)
+    /// is generated from these types, and `tsc` checks the JS that builds one against it
+    /// (tests/run-all): a field renamed or retyped here fails there, not in a user's run.
+    #[test]
+    fn the_js_config_type_is_generated_from_these_types() {
+        use crate::data::RetryPolicy;
+        use crate::model::GptShape;
+        use tsify::Tsify;
+        const HEADER: &str = "\
+// Generated from the Rust types by crate/train/config.rs's test
+// the_js_config_type_is_generated_from_these_types; do not edit. After changing a type, run
+//   HEADROOM_WRITE_TYPES=1 cargo test --lib js_config_type
+// Every field of a struct with #[serde(default)] is optional: Rust fills in the default.
+
+/** std::time::Duration as serde writes it. */
+export interface StdDuration {
+    secs: number;
+    nanos: number;
+}
+";
+        let declarations = [
+            TrainConfig::DECL,
+            ModelConfig::DECL,
+            GptShape::DECL,
+            OptimizerConfig::DECL,
+            OptimizerKind::DECL,
+            Precision::DECL,
+            Duration::DECL,
+            StreamOptions::DECL,
+            RetryPolicy::DECL,
+            SampleConfig::DECL,
+            SampleSettings::DECL,
+        ];
+        let generated = format!("{HEADER}\n{}\n", declarations.join("\n\n"));
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/web/types/train-config.d.ts");
+        if std::env::var_os("HEADROOM_WRITE_TYPES").is_some() {
+            std::fs::write(path, &generated).unwrap();
+        }
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "web/types/train-config.d.ts differs from the Rust config types; regenerate it with \
+             HEADROOM_WRITE_TYPES=1 cargo test --lib js_config_type"
+        );
     }
 }

@@ -1,8 +1,17 @@
+// @ts-check
 // Headroom on the work the TF.js worker does: the same trainer the playground runs, told to
 // read in file order, keep the learning rate constant and evaluate the first test samples.
 import init, { Training } from "../../pkg/headroom.js";
 
+/** @typedef {import("../types/train-config").TrainConfig} TrainConfig */
+
+/**
+ * @param {{ model: "mlp" | "cnn", layers: number[], learning_rate: number, epsilon: number,
+ *   batch: number, steps: number, eval_samples: number }} spec
+ * @returns {TrainConfig} checked by tsc against the type generated from Rust (web/types)
+ */
 function trainConfig(spec) {
+  /** @type {TrainConfig["model"]} */
   const model = spec.model === "mlp" ? { kind: "mlp", hidden: spec.layers } : { kind: "cnn", channels: spec.layers };
   return {
     model,
