@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-#[cfg_attr(test, derive(tsify::Tsify))]
+#[cfg_attr(all(test, not(target_arch = "wasm32")), derive(tsify::Tsify))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(not(target_arch = "wasm32"), derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
@@ -15,7 +15,7 @@ pub enum OptimizerKind {
 }
 
 /// How parameters and activations are stored.
-#[cfg_attr(test, derive(tsify::Tsify))]
+#[cfg_attr(all(test, not(target_arch = "wasm32")), derive(tsify::Tsify))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(not(target_arch = "wasm32"), derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]

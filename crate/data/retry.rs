@@ -2,15 +2,15 @@ use std::time::Duration;
 
 /// Bounded retries with exponential backoff, and a per-attempt deadline that turns a
 /// stalled connection into an ordinary, retryable failure.
-#[cfg_attr(test, derive(tsify::Tsify))]
+#[cfg_attr(all(test, not(target_arch = "wasm32")), derive(tsify::Tsify))]
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RetryPolicy {
     pub max_attempts: u32,
-    #[cfg_attr(test, tsify(type = "StdDuration"))]
+    #[cfg_attr(all(test, not(target_arch = "wasm32")), tsify(type = "StdDuration"))]
     pub initial_backoff: Duration,
-    #[cfg_attr(test, tsify(type = "StdDuration"))]
+    #[cfg_attr(all(test, not(target_arch = "wasm32")), tsify(type = "StdDuration"))]
     pub max_backoff: Duration,
-    #[cfg_attr(test, tsify(type = "StdDuration"))]
+    #[cfg_attr(all(test, not(target_arch = "wasm32")), tsify(type = "StdDuration"))]
     pub attempt_timeout: Duration,
 }
 

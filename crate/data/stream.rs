@@ -16,7 +16,7 @@ use super::shuffle;
 use crate::platform;
 use rand_chacha::ChaCha8Rng;
 
-#[cfg_attr(test, derive(tsify::Tsify))]
+#[cfg_attr(all(test, not(target_arch = "wasm32")), derive(tsify::Tsify))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StreamOptions {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Gpt;
 
-#[cfg_attr(test, derive(tsify::Tsify))]
+#[cfg_attr(all(test, not(target_arch = "wasm32")), derive(tsify::Tsify))]
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SampleSettings {
     /// Tokens to generate after the prompt.

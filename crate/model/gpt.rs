@@ -15,7 +15,7 @@ use super::{Segment, TensorCensus};
 
 /// The GPT's size: `layers` blocks of `width` features split over `heads`, reading
 /// `context` tokens.
-#[cfg_attr(test, derive(tsify::Tsify))]
+#[cfg_attr(all(test, not(target_arch = "wasm32")), derive(tsify::Tsify))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GptShape {
     pub layers: usize,

@@ -57,7 +57,7 @@ impl InputShape {
     }
 }
 
-#[cfg_attr(test, derive(tsify::Tsify))]
+#[cfg_attr(all(test, not(target_arch = "wasm32")), derive(tsify::Tsify))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum ModelConfig {

@@ -5,7 +5,7 @@ use crate::model::generate::SampleSettings;
 use crate::model::{InputShape, ModelConfig};
 pub use crate::settings::{OptimizerKind, Precision};
 
-#[cfg_attr(test, derive(tsify::Tsify))]
+#[cfg_attr(all(test, not(target_arch = "wasm32")), derive(tsify::Tsify))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OptimizerConfig {
@@ -42,7 +42,7 @@ impl Default for OptimizerConfig {
 }
 
 /// How long to train: whole epochs, or a number of optimizer steps.
-#[cfg_attr(test, derive(tsify::Tsify))]
+#[cfg_attr(all(test, not(target_arch = "wasm32")), derive(tsify::Tsify))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Duration {
@@ -53,7 +53,7 @@ pub enum Duration {
 /// One run's settings; the same struct drives the CLI and the page.
 /// A field it does not know is refused, not ignored: the page, the comparison worker and a
 /// saved run cannot drift from this type without an error naming the field.
-#[cfg_attr(test, derive(tsify::Tsify))]
+#[cfg_attr(all(test, not(target_arch = "wasm32")), derive(tsify::Tsify))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
@@ -66,7 +66,7 @@ pub struct TrainConfig {
     /// (the effective batch without a cap).
     pub micro_batch: Option<usize>,
     // tsify reads any type named Duration as std's.
-    #[cfg_attr(test, tsify(type = "Duration"))]
+    #[cfg_attr(all(test, not(target_arch = "wasm32")), tsify(type = "Duration"))]
     pub duration: Duration,
     /// Activation checkpointing: keep only each segment's input (a layer of the MLP, a
     /// conv block of the CNN) and recompute the segment during backward: less memory, one
@@ -98,7 +98,7 @@ pub struct TrainConfig {
 }
 
 /// What the GPT's samples start from and how they are drawn.
-#[cfg_attr(test, derive(tsify::Tsify))]
+#[cfg_attr(all(test, not(target_arch = "wasm32")), derive(tsify::Tsify))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SampleConfig {
@@ -251,6 +251,8 @@ mod tests {
     /// The config type the page and the comparison worker build (web/types/train-config.d.ts)
     /// is generated from these types, and `tsc` checks the JS that builds one against it
     /// (tests/run-all): a field renamed or retyped here fails there, not in a user's run.
+    /// Native only: tsify is a native dev-dependency (see Cargo.toml).
+    #[cfg(not(target_arch = "wasm32"))]
     #[test]
     fn the_js_config_type_is_generated_from_these_types() {
         use crate::data::RetryPolicy;
