@@ -4,6 +4,9 @@ the build (burn's features, a profile) moves samples/s and the peak reservation.
 
     python3 web/compare/builds.py --builds before=/tmp/headroom-old,after=target/debug/headroom
 
+`--env VAR=a,b,c` runs each build once per value of an environment variable instead (a
+runtime setting rather than a build: `--env CUBECL_WGPU_MAX_TASKS=8,32,128`).
+
 Runs are interleaved (every build and PyTorch once per round), so a noisy minute burdens
 all of them alike; the table gives the median and the range over the rounds."""
 
@@ -38,29 +41,37 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--data", default="static/data/fashion-mnist")
+    parser.add_argument("--env", help="VAR=value[,value...]: each build once per value")
     peers = os.environ.get("HEADROOM_PEERS_DIR", str(Path.home() / ".cache/headroom/peers"))
     parser.add_argument("--torch-python", default=f"{peers}/venv/bin/python",
                         help="a Python with torch; 'none' leaves PyTorch out")
     args = parser.parse_args()
     builds = [spec.split("=", 1) for spec in args.builds.split(",")]
+    # (label suffix, value) per variant; one variant with no variable set by default.
+    variable, values = args.env.split("=", 1) if args.env else (None, "")
+    variants = [(f" {variable}={value}", value) for value in values.split(",")] if variable else [("", None)]
     run_args = argparse.Namespace(data=args.data, steps=args.steps, lr=1e-3, eval_samples=1000,
                                   torch_python=args.torch_python)
     table = {}
     for key in args.cases.split(","):
         case = CASES[key]
         for round_index in range(args.rounds):
-            for label, path in builds:
+            for (label, path), (suffix, value) in ((b, v) for b in builds for v in variants):
+                if variable:
+                    os.environ[variable] = value
                 run = native.headroom(argparse.Namespace(**vars(run_args), headroom=path), case, args.backend)
-                table.setdefault((case["name"], f"{label} ({args.backend})"), []).append(summarise(case["batch"], run))
+                table.setdefault((case["name"], f"{label}{suffix} ({args.backend})"), []).append(summarise(case["batch"], run))
+            if variable:
+                os.environ.pop(variable)
             if args.torch_python != "none":
                 run = native.pytorch(run_args, case)
                 table.setdefault((case["name"], "PyTorch CPU"), []).append(summarise(case["batch"], run))
             print(f"  {case['name']}: round {round_index + 1} of {args.rounds}", file=sys.stderr)
-    print(f"{'model':16} {'build':24} {'samples/s':>10} {'range':>17} {'peak reserved':>14}")
+    print(f"{'model':16} {'build':40} {'samples/s':>10} {'range':>17} {'peak reserved':>14}")
     for (model, build), runs in table.items():
         speeds = [speed for speed, _ in runs]
         reserved = max(mib for _, mib in runs)
-        print(f"{model:16} {build:24} {statistics.median(speeds):10,.0f} "
+        print(f"{model:16} {build:40} {statistics.median(speeds):10,.0f} "
               f"{min(speeds):8,.0f}-{max(speeds):<8,.0f} {reserved:10.1f} MiB")
 
 
