@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::checkpoint_dir;
 use super::model_args::ModelArgs;
 use crate::data::{DataSource, StreamOptions};
+use crate::memory::PhaseSample;
 use crate::model::generate::SampleSettings;
 use crate::train::checkpoint;
 use crate::train::config::SampleConfig;
@@ -109,6 +110,12 @@ pub struct TrainArgs {
     /// Write every event as a JSON line to this file.
     #[arg(long)]
     metrics: Option<PathBuf>,
+    /// Print, after each step, every memory sample it took (after each forward pass, each
+    /// recomputed segment, each backward pass and the update) with the device's reserved
+    /// and in-use bytes: where a step's peak is, and how far the allocator's pages stand
+    /// above the tensors there. Step events in --metrics carry them as memory_phases.
+    #[arg(long)]
+    memory_phases: bool,
     /// Save the finished run into this folder: the model, its config and the optimizer's
     /// state, which `headroom eval` evaluates and `--resume` trains on from.
     #[arg(long)]
@@ -299,6 +306,9 @@ impl Report {
                     step.micro_batch,
                     memory_text(&step.memory)
                 ));
+                if !step.memory_phases.is_empty() {
+                    self.bar.suspend(|| print!("{}", phases_text(step.step, &step.memory_phases)));
+                }
             }
             TrainEvent::Eval(eval) => {
                 self.last_eval = format!(" | test acc {:.2}%", 100.0 * eval.accuracy);
@@ -329,6 +339,22 @@ impl Report {
         }
         Ok(())
     }
+}
+
+/// A step's memory samples, a line each: the phase, then the device's reserved and in-use
+/// bytes (or the host's, where the backend has no device pool).
+fn phases_text(step: u64, phases: &[PhaseSample]) -> String {
+    let mut text = format!("step {step}: memory by phase (device reserved / in use)\n");
+    for PhaseSample { phase, memory } in phases {
+        let bytes = |b: Option<u64>| b.map_or("-".to_string(), |b| format_bytes(b as usize));
+        text += &format!(
+            "  {:<22} {:>11} / {:>11}\n",
+            phase.to_string(),
+            bytes(memory.gpu_bytes_reserved),
+            bytes(memory.gpu_bytes_in_use)
+        );
+    }
+    text
 }
 
 /// The trainer and its progress: a fresh run, or the one saved in `--resume`'s folder. Also
@@ -379,6 +405,9 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
         anyhow::bail!(why);
     }
     let (mut trainer, mut progress, source, data) = start(&args).await?;
+    if args.memory_phases {
+        trainer.record_memory_phases();
+    }
     let config = trainer.config().clone();
     // A folder run goes on saving where it was saved; a run file from the page only where
     // --checkpoint-dir says.

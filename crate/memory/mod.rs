@@ -11,4 +11,4 @@ pub use calibration::{Calibration, Probe};
 pub use enforcer::{Enforcement, Enforcer, Verdict};
 pub use planner::{Breakdown, Candidate, DataOption, DataSettings, Plan, PlanRequest, plan};
 pub use pool::PoolModel;
-pub use tracker::{MemorySample, MemoryTracker};
+pub use tracker::{MemorySample, MemoryTracker, Phase, PhaseSample};

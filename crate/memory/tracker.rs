@@ -39,12 +39,51 @@ impl MemorySample {
     }
 }
 
-/// Samples memory at the points of a step where it peaks (after each backward pass and
-/// after the optimizer update) and keeps the step's peak.
+/// Where in a step a sample was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub enum Phase {
+    /// After a micro-batch's forward pass (with checkpointing: once the kept segment
+    /// inputs exist).
+    Forward,
+    /// Checkpointing: after segment `segment` ran again under autodiff, before its
+    /// backward.
+    Recomputed { segment: usize },
+    /// After a micro-batch's backward pass, its gradients summed.
+    Backward,
+    /// After the optimizer's update.
+    Update,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Phase::Forward => write!(f, "forward"),
+            Phase::Recomputed { segment } => write!(f, "recomputed segment {segment}"),
+            Phase::Backward => write!(f, "backward"),
+            Phase::Update => write!(f, "update"),
+        }
+    }
+}
+
+/// One sample and where it was taken: with every phase of a step, it shows which one set
+/// the peak and how far the reservation stands above what is in use there.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseSample {
+    #[serde(flatten)]
+    pub phase: Phase,
+    pub memory: MemorySample,
+}
+
+/// Samples memory at the points of a step where it peaks (after each forward and backward
+/// pass and after the optimizer update) and keeps the step's peak; on request also every
+/// sample with its phase.
 pub struct MemoryTracker {
     device: Device,
     data: MemoryGauge,
     step_peak: MemorySample,
+    /// `Some` while phases are recorded: this step's samples so far.
+    phases: Option<Vec<PhaseSample>>,
 }
 
 impl MemoryTracker {
@@ -53,7 +92,27 @@ impl MemoryTracker {
             device,
             data,
             step_peak: MemorySample::default(),
+            phases: None,
         }
+    }
+
+    /// Keep every sample with its phase, for [`Self::take_phases`].
+    pub fn record_phases(&mut self) {
+        self.phases.get_or_insert_with(Vec::new);
+    }
+
+    /// A sample taken at `phase`, recorded when phases are.
+    pub fn sample_at(&mut self, phase: Phase) -> MemorySample {
+        let memory = self.sample();
+        if let Some(phases) = self.phases.as_mut() {
+            phases.push(PhaseSample { phase, memory });
+        }
+        memory
+    }
+
+    /// The phases recorded since the last call; empty unless [`Self::record_phases`].
+    pub fn take_phases(&mut self) -> Vec<PhaseSample> {
+        self.phases.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     pub fn sample(&mut self) -> MemorySample {

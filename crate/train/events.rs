@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::Precision;
 use crate::data::Split;
-use crate::memory::{Breakdown, Calibration, DataSettings, Enforcement, MemorySample};
+use crate::memory::{Breakdown, Calibration, DataSettings, Enforcement, MemorySample, PhaseSample};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct RunStarted {
@@ -51,8 +51,12 @@ pub struct StepRecord {
     pub loss_scale: Option<f32>,
     /// f16 only: the gradients overflowed, so the update was skipped.
     pub skipped: bool,
-    /// The step's peak, sampled after each backward pass and after the update.
+    /// The step's peak, sampled after each forward and backward pass and after the update.
     pub memory: MemorySample,
+    /// Each of those samples with its phase, in order, when the run records them
+    /// (`headroom train --memory-phases`); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory_phases: Vec<PhaseSample>,
     /// The enforcer shrank the micro-batch after this step (also sent as its own event).
     #[serde(skip)]
     pub enforcement: Option<Enforcement>,

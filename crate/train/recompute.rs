@@ -10,6 +10,7 @@
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 
+use crate::memory::Phase;
 use crate::model::{Model, ModelInput};
 
 /// The loss, as reported, and the objective backward starts from (the loss times the loss
@@ -33,11 +34,11 @@ pub fn backward_by_segments(
     upload: impl Fn() -> ModelInput,
     objective: impl FnOnce(Tensor<2>) -> Objective,
     mut on_gradients: impl FnMut(GradientsParams),
-    mut on_peak: impl FnMut(),
+    mut on_peak: impl FnMut(Phase),
 ) -> Tensor<1> {
     let last = model.segment_count() - 1;
     let mut inputs = segment_inputs(model, upload().inner());
-    on_peak();
+    on_peak(Phase::Forward);
     // The first segment's input comes from the batch: uploaded again for its turn and
     // passed through the stem, whose parameters get their gradients with the segment's.
     let segment_input = |inputs: &mut Vec<Tensor<2>>| match inputs.pop() {
@@ -54,13 +55,13 @@ pub fn backward_by_segments(
     };
     let input = segment_input(&mut inputs);
     let output = model.segment(last, input.clone());
-    on_peak();
+    on_peak(Phase::Recomputed { segment: last });
     let Objective { loss, backward_from } = objective(output);
     let mut upstream = backward(input, backward_from);
     for index in (0..last).rev() {
         let input = segment_input(&mut inputs);
         let output = model.segment(index, input.clone());
-        on_peak();
+        on_peak(Phase::Recomputed { segment: index });
         // Every input but the batch requires its gradient, so only segment 0 has none to
         // hand on.
         let Some(gradient) = upstream.take() else { break };

@@ -8,7 +8,7 @@ use super::config::Precision;
 use super::recompute::{Objective, backward_by_segments};
 use super::{precision, tensors};
 use crate::data::Batch;
-use crate::memory::MemoryTracker;
+use crate::memory::{MemoryTracker, Phase};
 use crate::model::{InputShape, Model};
 
 pub struct StepGradients {
@@ -88,9 +88,9 @@ pub fn accumulate_gradients(
             None => grads,
             Some(_) => precision::to_master(model, grads, steps.loss_scale),
         };
-        let mut sample = || {
+        let mut sample = |phase| {
             if let Some(tracker) = tracker.as_deref_mut() {
-                tracker.sample();
+                tracker.sample_at(phase);
             }
         };
         let loss = if steps.recompute {
@@ -103,12 +103,12 @@ pub fn accumulate_gradients(
             )
         } else {
             let Objective { loss, backward_from } = objective(forward_model.forward(upload()));
-            sample();
+            sample(Phase::Forward);
             let grads = GradientsParams::from_grads(backward_from.backward(), forward_model);
             accumulator.accumulate(model, to_master(grads));
             loss.detach()
         };
-        sample();
+        sample(Phase::Backward);
         loss_sum = Some(match loss_sum {
             Some(sum) => sum + loss,
             None => loss,

@@ -16,7 +16,8 @@ use super::{plan, tensors};
 use crate::data::text::CharTokenizer;
 use crate::data::{Batch, BatchReader, DataSource, Split, Window};
 use crate::memory::{
-    Calibration, Candidate, DataSettings, Enforcement, Enforcer, MemorySample, MemoryTracker, Plan, Verdict,
+    Calibration, Candidate, DataSettings, Enforcement, Enforcer, MemorySample, MemoryTracker, Phase, Plan,
+    Verdict,
 };
 use crate::model::generate::generate;
 use crate::model::{InputShape, Model};
@@ -269,8 +270,9 @@ impl Trainer {
                 loss,
             });
         }
-        self.tracker.sample();
+        self.tracker.sample_at(Phase::Update);
         let memory = self.tracker.take_step_peak();
+        let memory_phases = self.tracker.take_phases();
         self.run_peak = self.run_peak.max(memory);
         let micro_batch = self.micro_batch;
         self.step += 1;
@@ -287,8 +289,15 @@ impl Trainer {
             loss_scale,
             skipped,
             memory,
+            memory_phases,
             enforcement,
         })
+    }
+
+    /// Report, with each step, every memory sample it took and the phase it took it at
+    /// ([`StepRecord::memory_phases`]).
+    pub fn record_memory_phases(&mut self) {
+        self.tracker.record_phases();
     }
 
     /// Loss and accuracy over a split (or its first `eval_samples`), without gradients.

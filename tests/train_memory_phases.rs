@@ -1,0 +1,97 @@
+//! `headroom train --memory-phases`: every memory sample of a step with the phase it was
+//! taken at, on wgpu (lavapipe here), checked against what the run itself reports and
+//! against what recomputation keeps alive.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use headroom::data::Codec;
+use headroom::memory::{MemorySample, Phase, PhaseSample};
+use serde_json::Value;
+
+const BATCH: u64 = 512;
+const WIDTH: u64 = 256;
+
+fn steps(events: &[Value]) -> Vec<&Value> {
+    events.iter().filter(|e| e["event"] == "step").collect()
+}
+
+fn phases(step: &Value) -> Vec<PhaseSample> {
+    serde_json::from_value(step["memory_phases"].clone()).expect("memory_phases")
+}
+
+fn in_use(phase: Phase, phases: &[PhaseSample]) -> u64 {
+    let sample = phases
+        .iter()
+        .find(|p| p.phase == phase)
+        .expect("the phase was sampled");
+    sample.memory.gpu_bytes_in_use.expect("wgpu reports its pool")
+}
+
+#[test]
+fn each_step_reports_its_phases_and_its_peak_is_theirs() {
+    let dataset = common::synthetic_dataset(2048, 1024, Codec::Lz4);
+    let data = dataset.dir.to_str().unwrap();
+    let hidden = format!("{WIDTH},{WIDTH},{WIDTH},{WIDTH}");
+    let batch = BATCH.to_string();
+    let flags = [
+        "--model",
+        "mlp",
+        "--hidden",
+        &hidden,
+        "--effective-batch",
+        &batch,
+        "--steps",
+        "2",
+    ];
+    let with_flag = |extra: &[&'static str]| {
+        let mut all: Vec<&str> = flags.to_vec();
+        all.extend(extra);
+        common::train_events_on_wgpu(data, &all)
+    };
+
+    let plain = with_flag(&["--memory-phases"]);
+    let recomputed = with_flag(&["--memory-phases", "--checkpointing"]);
+    let unrecorded = with_flag(&[]);
+    assert!(
+        steps(&unrecorded)
+            .iter()
+            .all(|s| s.get("memory_phases").is_none())
+    );
+
+    for (events, expected) in [
+        (&plain, vec![Phase::Forward, Phase::Backward, Phase::Update]),
+        (
+            &recomputed,
+            std::iter::once(Phase::Forward)
+                .chain((0..5).rev().map(|segment| Phase::Recomputed { segment }))
+                .chain([Phase::Backward, Phase::Update])
+                .collect(),
+        ),
+    ] {
+        for step in steps(events) {
+            let phases = phases(step);
+            let order: Vec<Phase> = phases.iter().map(|p| p.phase).collect();
+            assert_eq!(order, expected);
+            // The step's peak is made of exactly these samples.
+            let peak = phases
+                .iter()
+                .fold(MemorySample::default(), |peak, p| peak.max(p.memory));
+            let reported: MemorySample = serde_json::from_value(step["memory"].clone()).unwrap();
+            assert_eq!(peak.gpu_bytes_reserved, reported.gpu_bytes_reserved);
+            assert_eq!(peak.gpu_bytes_in_use, reported.gpu_bytes_in_use);
+        }
+    }
+
+    // Recomputation keeps only the segments' inputs and lets each go once its segment is
+    // done: from one recomputed hidden layer to the one before it, the bytes in use fall
+    // by one layer output (the input just used) less the weight and bias gradients that
+    // layer's backward added to the sum.
+    let phases = phases(steps(&recomputed)[1]);
+    let released = (BATCH * WIDTH - (WIDTH * WIDTH + WIDTH)) * 4;
+    for segment in [3, 2] {
+        let later = in_use(Phase::Recomputed { segment }, &phases);
+        let earlier = in_use(Phase::Recomputed { segment: segment - 1 }, &phases);
+        assert_eq!(later - earlier, released, "segment {segment} to {}", segment - 1);
+    }
+}
