@@ -7,10 +7,17 @@ mod common;
 
 use headroom::data::Codec;
 use headroom::memory::{MemorySample, Phase, PhaseSample};
+use headroom::model::{InputKind, InputShape, ModelConfig};
 use serde_json::Value;
 
-const BATCH: u64 = 512;
-const WIDTH: u64 = 256;
+const BATCH: u64 = 1024;
+const WIDTH: u64 = 512;
+const INPUT: InputShape = InputShape {
+    height: 28,
+    width: 28,
+    classes: 10,
+    kind: InputKind::Images,
+};
 
 fn steps(events: &[Value]) -> Vec<&Value> {
     events.iter().filter(|e| e["event"] == "step").collect()
@@ -83,15 +90,21 @@ fn each_step_reports_its_phases_and_its_peak_is_theirs() {
         }
     }
 
-    // Recomputation keeps only the segments' inputs and lets each go once its segment is
-    // done: from one recomputed hidden layer to the one before it, the bytes in use fall
-    // by one layer output (the input just used) less the weight and bias gradients that
-    // layer's backward added to the sum.
-    let phases = phases(steps(&recomputed)[1]);
-    let released = (BATCH * WIDTH - (WIDTH * WIDTH + WIDTH)) * 4;
-    for segment in [3, 2] {
-        let later = in_use(Phase::Recomputed { segment }, &phases);
-        let earlier = in_use(Phase::Recomputed { segment: segment - 1 }, &phases);
-        assert_eq!(later - earlier, released, "segment {segment} to {}", segment - 1);
+    // Recomputation keeps only the segments' inputs, and of a chain of equal layers not
+    // even all of them: the planner drops segment 1's (recomputed from the batch for its
+    // turn) and keeps segment 2's. From recomputed layer 3 to layer 2 the bytes in use
+    // fall by one layer output (layer 3's input, let go) less the weight and bias
+    // gradients layer 3's backward added to the sum. From layer 2 to layer 1 they rise by
+    // those gradients alone: layer 2's input is let go and layer 1's made again in its
+    // place, none having been kept.
+    let census = ModelConfig::Mlp {
+        hidden: vec![WIDTH as usize; 4],
     }
+    .census(&INPUT);
+    assert_eq!(headroom::memory::recomputed_inputs(&census.segments), 0b10);
+    let phases = phases(steps(&recomputed)[1]);
+    let layer_gradients = (WIDTH * WIDTH + WIDTH) * 4;
+    let at = |segment| in_use(Phase::Recomputed { segment }, &phases) as i64;
+    assert_eq!(at(3) - at(2), (BATCH * WIDTH * 4 - layer_gradients) as i64);
+    assert_eq!(at(2) - at(1), -(layer_gradients as i64));
 }

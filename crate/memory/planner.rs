@@ -330,24 +330,58 @@ pub fn predict(
     breakdown
 }
 
-/// The activations alive while checkpointing recomputes, at the segment where they peak.
-/// During segment i's backward: the saved inputs of segments 1..=i (segment 0's input is
-/// the batch, uploaded again for its turn), what the recomputation of segment i saves, and
-/// the upstream gradient of its output. The transients of backward itself are the
-/// workspace, as without checkpointing.
-fn recomputed_peak(segments: &[Segment]) -> Vec<usize> {
-    let alive_at = |i: usize| -> Vec<usize> {
-        let segment = &segments[i];
-        let first_kept = usize::from(i > 0);
-        segments[first_kept..=i]
-            .iter()
-            .map(|s| s.input)
-            .chain(segment.saved.iter().copied())
-            .chain([segment.output])
-            .collect()
+/// Which segment inputs checkpointing recomputes rather than keeps: bit `i` set means
+/// segment `i`'s input is not kept from the forward pass but computed again, for its turn
+/// in backward, from the input just below it (the batch, for segment 1), which is kept.
+///
+/// Every kept input below a segment is alive while that segment recomputes, so on a chain
+/// of equal layers the top one holds all the others: dropping every other input lowers
+/// that peak for one extra segment forward each. An input is dropped only where the
+/// census says the peak falls, counting up from the first segment, and never two in a
+/// row (each is recomputed from a kept one, at most one segment away). Where the peak is
+/// set by a segment that sits on few inputs (the CNN's first block), nothing is dropped
+/// and checkpointing costs no extra forward.
+pub fn recomputed_inputs(segments: &[Segment]) -> u64 {
+    let peak = |dropped: u64| {
+        (0..segments.len())
+            .map(|i| alive_during(segments, i, dropped).iter().sum::<usize>())
+            .max()
+            .unwrap_or(0)
     };
+    let mut dropped = 0u64;
+    // The last segment's input is the first one backward needs: recomputing it saves
+    // nothing.
+    for i in 1..segments.len().saturating_sub(1).min(64) {
+        let below_dropped = dropped & (1 << (i - 1)) != 0;
+        if !below_dropped && peak(dropped | 1 << i) < peak(dropped) {
+            dropped |= 1 << i;
+        }
+    }
+    dropped
+}
+
+/// What is alive while segment `i` recomputes: the kept inputs of segments 1..i (segment
+/// 0's is the batch, uploaded again for its turn), its own input, what its recomputation
+/// saves, and the upstream gradient of its output. The transients of backward itself are
+/// the workspace, as without checkpointing.
+fn alive_during(segments: &[Segment], i: usize, dropped: u64) -> Vec<usize> {
+    let segment = &segments[i];
+    let kept_below = (1..i)
+        .filter(|&j| j >= 64 || dropped & (1 << j) == 0)
+        .map(|j| segments[j].input);
+    kept_below
+        .chain([segment.input])
+        .chain(segment.saved.iter().copied())
+        .chain([segment.output])
+        .collect()
+}
+
+/// The activations alive while checkpointing recomputes, at the segment where they peak,
+/// with the inputs [`recomputed_inputs`] drops.
+fn recomputed_peak(segments: &[Segment]) -> Vec<usize> {
+    let dropped = recomputed_inputs(segments);
     (0..segments.len())
-        .map(alive_at)
+        .map(|i| alive_during(segments, i, dropped))
         .max_by_key(|alive| alive.iter().sum::<usize>())
         .unwrap_or_default()
 }
@@ -428,6 +462,45 @@ mod tests {
         assert!(capped.chosen().is_none());
         let smallest = capped.smallest_fitting_cap().unwrap();
         assert!(plan(&r, Some(smallest)).chosen().is_some());
+    }
+
+    fn layer(width: usize) -> Segment {
+        Segment {
+            input: width,
+            saved: vec![width],
+            output: width,
+        }
+    }
+
+    #[test]
+    fn checkpointing_recomputes_every_other_input_of_a_chain_of_equal_layers() {
+        // Six equal layers: inputs 1 and 3 are dropped, each recomputed from the kept one
+        // below it.
+        let chain: Vec<Segment> = (0..6).map(|_| layer(100)).collect();
+        let dropped = recomputed_inputs(&chain);
+        assert_eq!(dropped & 1, 0, "segment 0 reads the batch");
+        assert_eq!(dropped & (dropped >> 1), 0, "two dropped in a row");
+        assert_eq!(dropped, 0b1010);
+        let kept_peak: usize = (0..6)
+            .map(|i| alive_during(&chain, i, 0).iter().sum::<usize>())
+            .max()
+            .unwrap();
+        assert!(recomputed_peak(&chain).iter().sum::<usize>() < kept_peak);
+    }
+
+    #[test]
+    fn checkpointing_keeps_every_input_where_dropping_one_lowers_no_peak() {
+        // A wide first segment sets the peak; the rest are small.
+        let segments = vec![
+            Segment {
+                input: 10,
+                saved: vec![10_000],
+                output: 100,
+            },
+            layer(100),
+            layer(10),
+        ];
+        assert_eq!(recomputed_inputs(&segments), 0);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use super::plan::{self, RunPlan};
 use super::step::{MicroSteps, accumulate_gradients};
 use crate::data::{Batch, DataSource, MemoryGauge};
 use crate::memory::calibration::probe_ladder;
-use crate::memory::{Calibration, MemoryTracker, Probe};
+use crate::memory::{Calibration, MemoryTracker, Probe, recomputed_inputs};
 use crate::model::Model;
 
 /// Steps per probe: the second update runs with the optimizer state of the first alive,
@@ -170,6 +170,7 @@ fn probe(
         precision: setting.plan.precision,
         loss_scale: 1.0,
         recompute: setting.config.checkpointing,
+        recomputed_inputs: recomputed_inputs(&setting.config.model.census(input).segments),
     };
     let mut tracker = MemoryTracker::new(device.clone(), MemoryGauge::default());
     let mut optimizer = optimizer::Optimizer::new(&setting.config.optimizer);

@@ -22,6 +22,9 @@ pub struct Objective {
 
 /// Backward through `model` from `objective(logits)`, one segment at a time.
 ///
+/// `dropped` names the segments whose inputs are not kept but computed again from the
+/// input below (bit `i` for segment `i`; see [`crate::memory::recomputed_inputs`]).
+///
 /// `upload` puts the micro-batch (images or tokens) on the device; it is called twice, so
 /// that not even the input stays on the device between the forward pass and the first
 /// segment's backward (the bytes are on the host anyway). The model's stem (the GPT's
@@ -31,19 +34,41 @@ pub struct Objective {
 /// the activations peak. Returns the loss, detached.
 pub fn backward_by_segments(
     model: &Model,
+    dropped: u64,
     upload: impl Fn() -> ModelInput,
     objective: impl FnOnce(Tensor<2>) -> Objective,
     mut on_gradients: impl FnMut(GradientsParams),
     mut on_peak: impl FnMut(Phase),
 ) -> Tensor<1> {
     let last = model.segment_count() - 1;
-    let mut inputs = segment_inputs(model, upload().inner());
+    let is_dropped = |index: usize| index < 64 && dropped & (1 << index) != 0;
+    // Indexed by segment: segment 0's input is the batch, never kept.
+    let mut inputs: Vec<Option<Tensor<2>>> = std::iter::once(None)
+        .chain(
+            segment_inputs(model, upload().inner())
+                .into_iter()
+                .enumerate()
+                .map(|(i, x)| (!is_dropped(i + 1)).then_some(x)),
+        )
+        .collect();
     on_peak(Phase::Forward);
-    // The first segment's input comes from the batch: uploaded again for its turn and
-    // passed through the stem, whose parameters get their gradients with the segment's.
-    let segment_input = |inputs: &mut Vec<Tensor<2>>| match inputs.pop() {
-        Some(saved) => saved.autodiff().require_grad(),
-        None => model.stem(upload()),
+    let constant = model.valid();
+    // Segment `index`'s input, as an autodiff leaf. The first segment's comes from the
+    // batch: uploaded again for its turn and passed through the stem, whose parameters get
+    // their gradients with the segment's. A dropped one is computed again from the input
+    // below it, which is kept (or is the batch).
+    let segment_input = |inputs: &mut Vec<Option<Tensor<2>>>, index: usize| {
+        if index == 0 {
+            return model.stem(upload());
+        }
+        let input = inputs[index].take().unwrap_or_else(|| {
+            let below = match inputs[index - 1].clone() {
+                Some(kept) => kept,
+                None => constant.stem(upload().inner()),
+            };
+            constant.segment(index - 1, below)
+        });
+        input.autodiff().require_grad()
     };
     // Backward from `from`, handing on the parameters' gradients; returns the gradient of
     // the segment's input (none for the batch).
@@ -53,13 +78,13 @@ pub fn backward_by_segments(
         on_gradients(GradientsParams::from_grads(grads, model));
         upstream
     };
-    let input = segment_input(&mut inputs);
+    let input = segment_input(&mut inputs, last);
     let output = model.segment(last, input.clone());
     on_peak(Phase::Recomputed { segment: last });
     let Objective { loss, backward_from } = objective(output);
     let mut upstream = backward(input, backward_from);
     for index in (0..last).rev() {
-        let input = segment_input(&mut inputs);
+        let input = segment_input(&mut inputs, index);
         let output = model.segment(index, input.clone());
         on_peak(Phase::Recomputed { segment: index });
         // Every input but the batch requires its gradient, so only segment 0 has none to

@@ -27,6 +27,10 @@ pub struct MicroSteps {
     pub loss_scale: f32,
     /// Keep only each segment's input and recompute the segment in backward.
     pub recompute: bool,
+    /// With `recompute`: the segments whose inputs are not kept either, but computed
+    /// again from the input below (bit `i` for segment `i`; see
+    /// [`crate::memory::recomputed_inputs`]).
+    pub recomputed_inputs: u64,
 }
 
 impl MicroSteps {
@@ -37,6 +41,7 @@ impl MicroSteps {
             precision: Precision::F32,
             loss_scale: 1.0,
             recompute: false,
+            recomputed_inputs: 0,
         }
     }
 }
@@ -96,6 +101,7 @@ pub fn accumulate_gradients(
         let loss = if steps.recompute {
             backward_by_segments(
                 forward_model,
+                steps.recomputed_inputs,
                 &upload,
                 objective,
                 |grads| accumulator.accumulate(model, to_master(grads)),

@@ -17,7 +17,7 @@ use crate::data::text::CharTokenizer;
 use crate::data::{Batch, BatchReader, DataSource, Split, Window};
 use crate::memory::{
     Calibration, Candidate, DataSettings, Enforcement, Enforcer, MemorySample, MemoryTracker, Phase, Plan,
-    Verdict,
+    Verdict, recomputed_inputs,
 };
 use crate::model::generate::generate;
 use crate::model::{InputShape, Model};
@@ -221,6 +221,7 @@ impl Trainer {
             precision: self.precision,
             loss_scale: loss_scale.unwrap_or(1.0),
             recompute: self.config.checkpointing,
+            recomputed_inputs: recomputed_inputs(&self.config.model.census(&self.input).segments),
         };
         let step = accumulate_gradients(
             &model,
