@@ -503,6 +503,19 @@ mod tests {
         assert_eq!(recomputed_inputs(&segments), 0);
     }
 
+    /// What the README says of the two models it benchmarks.
+    #[test]
+    fn the_mlps_first_hidden_output_is_recomputed_and_the_cnn_keeps_its_inputs() {
+        let input = request(PoolModel::Host).input;
+        let mlp = ModelConfig::Mlp {
+            hidden: vec![1024; 4],
+        }
+        .census(&input);
+        assert_eq!(recomputed_inputs(&mlp.segments), 0b10);
+        let cnn = ModelConfig::cnn_default().census(&input);
+        assert_eq!(recomputed_inputs(&cnn.segments), 0);
+    }
+
     #[test]
     fn sliced_pools_round_up_to_pages() {
         let pool = PoolModel::Sliced { alignment: 256 };
