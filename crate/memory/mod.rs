@@ -10,7 +10,8 @@ pub mod tracker;
 pub use calibration::{Calibration, Probe};
 pub use enforcer::{Enforcement, Enforcer, Verdict};
 pub use planner::{
-    Breakdown, Candidate, DataOption, DataSettings, Plan, PlanRequest, plan, recomputed_inputs,
+    Breakdown, Candidate, DataOption, DataSettings, Plan, PlanRequest, is_recomputed_input, plan,
+    recomputed_inputs,
 };
 pub use pool::PoolModel;
 pub use tracker::{MemorySample, MemoryTracker, Phase, PhaseSample};

@@ -339,7 +339,7 @@ pub fn predict(
 /// that peak for one extra segment forward each. An input is dropped only where the
 /// census says the peak falls, counting up from the first segment, and never two in a
 /// row (each is recomputed from a kept one, at most one segment away). Where the peak is
-/// set by a segment that sits on few inputs (the CNN's first block), nothing is dropped
+/// set by a segment's own activations (a CNN block's im2col patches), nothing is dropped
 /// and checkpointing costs no extra forward.
 pub fn recomputed_inputs(segments: &[Segment]) -> u64 {
     let peak = |dropped: u64| {
@@ -352,12 +352,17 @@ pub fn recomputed_inputs(segments: &[Segment]) -> u64 {
     // The last segment's input is the first one backward needs: recomputing it saves
     // nothing.
     for i in 1..segments.len().saturating_sub(1).min(64) {
-        let below_dropped = dropped & (1 << (i - 1)) != 0;
-        if !below_dropped && peak(dropped | 1 << i) < peak(dropped) {
+        if !is_recomputed_input(dropped, i - 1) && peak(dropped | 1 << i) < peak(dropped) {
             dropped |= 1 << i;
         }
     }
     dropped
+}
+
+/// Whether `recomputed` (from [`recomputed_inputs`]) has segment `segment`'s input
+/// computed again rather than kept.
+pub fn is_recomputed_input(recomputed: u64, segment: usize) -> bool {
+    segment < 64 && recomputed & (1 << segment) != 0
 }
 
 /// What is alive while segment `i` recomputes: the kept inputs of segments 1..i (segment
@@ -367,7 +372,7 @@ pub fn recomputed_inputs(segments: &[Segment]) -> u64 {
 fn alive_during(segments: &[Segment], i: usize, dropped: u64) -> Vec<usize> {
     let segment = &segments[i];
     let kept_below = (1..i)
-        .filter(|&j| j >= 64 || dropped & (1 << j) == 0)
+        .filter(|&j| !is_recomputed_input(dropped, j))
         .map(|j| segments[j].input);
     kept_below
         .chain([segment.input])

@@ -10,7 +10,7 @@
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 
-use crate::memory::Phase;
+use crate::memory::{Phase, is_recomputed_input};
 use crate::model::{Model, ModelInput};
 
 /// The loss, as reported, and the objective backward starts from (the loss times the loss
@@ -41,7 +41,7 @@ pub fn backward_by_segments(
     mut on_peak: impl FnMut(Phase),
 ) -> Tensor<1> {
     let last = model.segment_count() - 1;
-    let is_dropped = |index: usize| index < 64 && dropped & (1 << index) != 0;
+    let is_dropped = |index: usize| is_recomputed_input(dropped, index);
     // Indexed by segment: segment 0's input is the batch, never kept.
     let mut inputs: Vec<Option<Tensor<2>>> = std::iter::once(None)
         .chain(
@@ -55,18 +55,19 @@ pub fn backward_by_segments(
     let constant = model.valid();
     // Segment `index`'s input, as an autodiff leaf. The first segment's comes from the
     // batch: uploaded again for its turn and passed through the stem, whose parameters get
-    // their gradients with the segment's. A dropped one is computed again from the input
-    // below it, which is kept (or is the batch).
+    // their gradients with the segment's. A dropped one is computed again from the
+    // nearest kept input below it (or the batch).
     let segment_input = |inputs: &mut Vec<Option<Tensor<2>>>, index: usize| {
         if index == 0 {
             return model.stem(upload());
         }
         let input = inputs[index].take().unwrap_or_else(|| {
-            let below = match inputs[index - 1].clone() {
-                Some(kept) => kept,
-                None => constant.stem(upload().inner()),
-            };
-            constant.segment(index - 1, below)
+            // From the nearest kept input below (the planner keeps the one just below).
+            let (start, below) = (1..index)
+                .rev()
+                .find_map(|j| inputs[j].clone().map(|kept| (j, kept)))
+                .unwrap_or_else(|| (0, constant.stem(upload().inner())));
+            (start..index).fold(below, |x, k| constant.segment(k, x))
         });
         input.autodiff().require_grad()
     };
