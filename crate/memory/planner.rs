@@ -303,13 +303,13 @@ pub fn predict(
     // The first saved activation is the input itself, uploaded in the storage precision.
     // Targets are i32.
     activations += add(&mut live, micro * 4);
-    // Transients: backward through the widest layer (its output gradient and half as much
-    // again), and the update's temporaries of the largest parameter. The factors were
-    // fitted against lavapipe over `headroom bench plan`'s configurations.
+    // Transients: backward through the widest layer (the model's own factor of it), and the
+    // update's temporaries of the largest parameter. The factors were fitted against
+    // lavapipe over `headroom bench plan`'s configurations.
     let widest = saved_activations.iter().copied().max().unwrap_or(0) as u64;
     let largest_parameter = census.parameters.iter().copied().max().unwrap_or(0) as u64;
-    let workspace =
-        add(&mut live, 3 * micro * widest * store / 2) + add(&mut live, largest_parameter * 4 / 2);
+    let backward = (census.backward_transients * (micro * widest * store) as f64) as u64;
+    let workspace = add(&mut live, backward) + add(&mut live, largest_parameter * 4 / 2);
 
     let mut breakdown = Breakdown {
         parameters,

@@ -1,7 +1,8 @@
-//! conv3x3 with stride 1 and same padding, computed as nine shifted views of the padded
-//! input and one matmul (im2col). Every op it uses has a vectorized backward on every
-//! backend; burn-ndarray's own conv2d backward computes the input gradient with a scalar
-//! `conv_transpose2d` loop that took ~90% of a CNN step (25-33 samples/s on 2 cores).
+//! conv3x3 with stride 1 and same padding, computed as nine shifted windows of the padded
+//! input and one matmul per image (im2col). Every op it uses has a vectorized
+//! backward on every backend; burn-ndarray's own conv2d backward computes the input
+//! gradient with a scalar `conv_transpose2d` loop that took ~90% of a CNN step (25-33
+//! samples/s on 2 cores).
 
 use burn::module::Param;
 use burn::prelude::*;
@@ -32,7 +33,7 @@ impl Conv3x3 {
         let [batch, in_channels, height, width] = x.dims();
         let [out_channels, ..] = self.weight.dims();
         let padded = x.pad((1, 1, 1, 1), PadMode::Constant(0.0));
-        let shifted: Vec<Tensor<4>> = (0..3)
+        let windows: Vec<Tensor<4>> = (0..3)
             .flat_map(|dy| (0..3).map(move |dx| (dy, dx)))
             .map(|(dy, dx)| {
                 padded
@@ -40,31 +41,25 @@ impl Conv3x3 {
                     .slice([0..batch, 0..in_channels, dy..dy + height, dx..dx + width])
             })
             .collect();
-        // [batch, in, 9, h, w] -> rows of one output pixel: [batch*h*w, in*9], in the
-        // weight's (in, ky, kx) order. A column of ones carries the bias through the same
-        // matmul, so its gradient is a matmul too: as a broadcast add, its gradient was one
+        // Per image, the windows stacked are already its patch matrix, [(ky, kx, in),
+        // pixel], and the kernel times it is the output, channels first: one copy of the
+        // patches (the stack) and none of the output, where one patch row per pixel needed
+        // three (stack, permute, a column of ones) and a permute of the output.
+        let pixels = height * width;
+        let patches = Tensor::stack::<5>(windows, 1).reshape([batch, 9 * in_channels, pixels]);
+        let kernel = self
+            .weight
+            .val()
+            .permute([0, 2, 3, 1])
+            .reshape([1, out_channels, 9 * in_channels]);
+        // The bias spread over the pixels by a matmul with a row of ones, so that its
+        // gradient is a matmul over the pixels (and a sum over the batch, as in a linear
+        // layer): as a broadcast add over every pixel of the batch, its gradient was one
         // long sum that came out wrong on wgpu (the 4x64 vs 1x256 accumulation test).
-        let rows = batch * height * width;
-        let patches = Tensor::stack::<5>(shifted, 2)
-            .permute([0, 3, 4, 1, 2])
-            .reshape([rows, in_channels * 9]);
-        // In the patches' dtype: under f16, fusion refuses a cat of half and f32 tensors.
-        let ones = Tensor::ones([rows, 1], (&patches.device(), patches.dtype()));
-        let patches = Tensor::cat(vec![patches, ones], 1);
-        let kernel = Tensor::cat(
-            vec![
-                self.weight
-                    .val()
-                    .reshape([out_channels, in_channels * 9])
-                    .transpose(),
-                self.bias.val().reshape([1, out_channels]),
-            ],
-            0,
-        );
-        patches
-            .matmul(kernel)
-            .reshape([batch, height, width, out_channels])
-            .permute([0, 3, 1, 2])
+        let ones = Tensor::ones([1, pixels], (&patches.device(), patches.dtype()));
+        let bias = self.bias.val().reshape([out_channels, 1]).matmul(ones);
+        (kernel.matmul(patches) + bias.unsqueeze::<3>())
+            .reshape([batch, out_channels, height, width])
     }
 }
 

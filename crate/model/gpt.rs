@@ -177,6 +177,7 @@ pub(super) fn census(shape: &GptShape, vocabulary: usize) -> TensorCensus {
     } = *shape;
     let mut census = TensorCensus {
         pool_slack: POOL_SLACK,
+        backward_transients: 1.5,
         ..TensorCensus::default()
     };
     census.parameters.extend([vocabulary * d, t * d]);

@@ -47,7 +47,11 @@ impl Mlp {
 }
 
 pub(super) fn census(input: &InputShape, hidden: &[usize]) -> super::TensorCensus {
-    let mut census = super::TensorCensus::default();
+    let mut census = super::TensorCensus {
+        // Its output gradient and half as much again.
+        backward_transients: 1.5,
+        ..super::TensorCensus::default()
+    };
     let mut width = input.pixels();
     for &next in hidden {
         census.parameters.extend([width * next, next]);

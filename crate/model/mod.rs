@@ -226,6 +226,11 @@ pub struct TensorCensus {
     /// layer). Fitted for the GPT on lavapipe (`headroom bench plan --set gpt-fitted`);
     /// 0 for the MLP and CNN, whose workspace factors were fitted with their pages.
     pub pool_slack: f64,
+    /// How many of the widest saved activation backward holds besides the saved ones at
+    /// its peak (the output gradient of a layer and what its backward builds from it), in
+    /// the storage precision. Fitted per model on lavapipe over `headroom bench plan`'s
+    /// `fitted` set.
+    pub backward_transients: f64,
 }
 
 /// One segment's activations, in elements per sample.
