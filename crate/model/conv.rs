@@ -58,8 +58,7 @@ impl Conv3x3 {
         // long sum that came out wrong on wgpu (the 4x64 vs 1x256 accumulation test).
         let ones = Tensor::ones([1, pixels], (&patches.device(), patches.dtype()));
         let bias = self.bias.val().reshape([out_channels, 1]).matmul(ones);
-        (kernel.matmul(patches) + bias.unsqueeze::<3>())
-            .reshape([batch, out_channels, height, width])
+        (kernel.matmul(patches) + bias.unsqueeze::<3>()).reshape([batch, out_channels, height, width])
     }
 }
 
