@@ -83,9 +83,10 @@ impl Cnn {
 
 pub(super) fn census(input: &InputShape, channels: &[usize]) -> super::TensorCensus {
     let mut census = super::TensorCensus {
-        // About the gradient of its patches. Anything from 0.75 to 1.0 predicts all 14 CNN
-        // settings of `headroom bench plan` within 0.6%; 1.1 over-predicts two fitted ones
-        // by 9-10%, 0.7 under-predicts a held-out one by 20%.
+        // About the gradient of its patches. Swept over all 14 CNN settings of `headroom
+        // bench plan` (fitted, held-out and fresh): anything from 0.75 to 1.0 predicts each
+        // within 0.7%; 1.1 over-predicts two fitted ones by 9-10%, 0.7 under-predicts a
+        // held-out one by 20%.
         backward_transients: 0.875,
         ..super::TensorCensus::default()
     };

@@ -56,6 +56,7 @@ impl Conv3x3 {
         // gradient is a matmul over the pixels (and a sum over the batch, as in a linear
         // layer): as a broadcast add over every pixel of the batch, its gradient was one
         // long sum that came out wrong on wgpu (the 4x64 vs 1x256 accumulation test).
+        // In the patches' dtype, which is the bias's too (half under f16).
         let ones = Tensor::ones([1, pixels], (&patches.device(), patches.dtype()));
         let bias = self.bias.val().reshape([out_channels, 1]).matmul(ones);
         (kernel.matmul(patches) + bias.unsqueeze::<3>()).reshape([batch, out_channels, height, width])

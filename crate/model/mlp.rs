@@ -48,7 +48,7 @@ impl Mlp {
 
 pub(super) fn census(input: &InputShape, hidden: &[usize]) -> super::TensorCensus {
     let mut census = super::TensorCensus {
-        // Its output gradient and half as much again.
+        // Its output gradient and half as much again, fitted on the `fitted` set.
         backward_transients: 1.5,
         ..super::TensorCensus::default()
     };

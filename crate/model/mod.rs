@@ -229,7 +229,7 @@ pub struct TensorCensus {
     /// How many of the widest saved activation backward holds besides the saved ones at
     /// its peak (the output gradient of a layer and what its backward builds from it), in
     /// the storage precision. Fitted per model on lavapipe over `headroom bench plan`'s
-    /// `fitted` set.
+    /// settings (each model's census says on which).
     pub backward_transients: f64,
 }
 
