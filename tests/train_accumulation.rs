@@ -126,7 +126,8 @@ async fn recomputation_matches_keeping(backend: BackendKind, precision: Precisio
         (ModelConfig::Cnn { channels: vec![4, 8] }, &images),
         (gpt, &text),
     ] {
-        dropped_any |= headroom::memory::recomputed_inputs(&config.census(input).segments) != 0;
+        let recomputed_inputs = headroom::memory::recomputed_inputs(&config.census(input).segments);
+        dropped_any |= recomputed_inputs != 0;
         let model = config.init(input, &device);
         let steps = MicroSteps {
             precision,
@@ -140,7 +141,7 @@ async fn recomputation_matches_keeping(backend: BackendKind, precision: Precisio
             batch,
             MicroSteps {
                 recompute: true,
-                recomputed_inputs: headroom::memory::recomputed_inputs(&config.census(input).segments),
+                recomputed_inputs,
                 ..steps
             },
             input,
