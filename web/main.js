@@ -37,6 +37,8 @@ window.playground = page;
 
 let worker;
 let planTimer;
+/// Settings were edited during a run: preview them once it ends.
+let planAfterRun = false;
 let lastRequestId = 0;
 /// The newest request of each type: a reply to an older one is stale.
 const newest = {};
@@ -161,10 +163,20 @@ function showCalibration(started) {
   plan.dataset.calibratedPeak = started.calibrated_peak;
 }
 
+/// Whether a run holds the plan panel: its calibration line must not be replaced by a
+/// preview of settings edited meanwhile (those are previewed once the run ends).
+function runInProgress() {
+  return page.state === "starting" || page.state === "running" || page.state === "paused";
+}
+
 function schedulePlan() {
   clearTimeout(planTimer);
   planTimer = setTimeout(() => {
     if (page.state === "loading") return;
+    if (runInProgress()) {
+      planAfterRun = true;
+      return;
+    }
     try {
       post({ type: Request.PLAN, ...readRun() });
     } catch (error) {
@@ -296,6 +308,10 @@ function onMessage({ data }) {
       showStatus(describeEnd(data.stopped));
       setState("ended");
       refreshSavedRuns();
+      if (planAfterRun) {
+        planAfterRun = false;
+        schedulePlan();
+      }
       break;
     case Reply.SAVED:
       page.saved = { id: data.id, step: data.step };
@@ -374,6 +390,9 @@ function startWorker() {
 
 /// A clean slate for a run about to start.
 function beginRun(status) {
+  // A preview still pending or in flight answers settings this run has taken over.
+  clearTimeout(planTimer);
+  delete newest[Request.PLAN];
   charts.reset();
   log.clear();
   page.summary = null;

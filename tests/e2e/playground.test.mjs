@@ -95,11 +95,24 @@ test("a cap just above a step's measured peak makes the enforcer shrink the micr
   await page.fill("#micro-batch", "2048");
   await page.waitForFunction(() => /^Plan: micro-batch 2048 /.test(document.getElementById("plan").textContent));
   await page.click("#start");
-  // Shown once the run starts (a new plan replaces it when the run ends).
+  // Shown once the probe steps are done.
   await page.waitForFunction(() => /Calibrated on probe steps: peak /.test(document.getElementById("plan").textContent), null, { timeout: 120000 });
+  // Settings edited during the run are previewed once it ends: till then the plan panel
+  // keeps the run's calibration.
+  await page.evaluate(() => {
+    const plan = document.getElementById("plan");
+    window.calibrationLost = null;
+    new MutationObserver(() => {
+      if (playground.state === "running" && !/Calibrated on probe steps/.test(plan.textContent)) window.calibrationLost ??= plan.textContent;
+    }).observe(plan, { childList: true, characterData: true, subtree: true });
+  });
+  await page.fill("#micro-batch", "1024");
   await finish();
+  assert.equal(await page.evaluate(() => window.calibrationLost), null);
   const uncapped = await page.evaluate(() => playground.summary);
   assert.equal(uncapped.micro_batch, 2048);
+  await page.waitForFunction(() => /^Plan: micro-batch 1024 /.test(document.getElementById("plan").textContent));
+  await page.fill("#micro-batch", "2048");
 
   // 1 MiB above what the cap counts of the measured peak: a step at 2048 passes the
   // enforcer's 90% of it.
