@@ -1,6 +1,6 @@
 //! `headroom train --memory-phases`: every memory sample of a step with the phase it was
 //! taken at, on wgpu (lavapipe here), checked against what the run itself reports and
-//! against what recomputation keeps alive.
+//! against what recomputation and the plain forward pass keep alive.
 #![cfg(not(target_arch = "wasm32"))]
 
 mod common;
@@ -107,4 +107,21 @@ fn each_step_reports_its_phases_and_its_peak_is_theirs() {
     let at = |segment| in_use(Phase::Recomputed { segment }, &phases) as i64;
     assert_eq!(at(3) - at(2), (BATCH * WIDTH * 4 - layer_gradients) as i64);
     assert_eq!(at(2) - at(1), -(layer_gradients as i64));
+
+    // After the plain forward pass each hidden layer holds one activation: its ReLU's
+    // output, which the next matmul keeps as its input and the ReLU's backward reads its
+    // mask from (burn's own ReLU kept its input too, a second one per layer). Step 2's
+    // update leaves the weights and Adam's moments, which its forward pass held too: the
+    // difference is what the forward pass keeps for backward.
+    let plain_phases = self::phases(steps(&plain)[1]);
+    let saved = in_use(Phase::Forward, &plain_phases) - in_use(Phase::Update, &plain_phases);
+    let pixels = (INPUT.height * INPUT.width) as u64;
+    let activations = BATCH * (pixels + 4 * WIDTH + INPUT.classes as u64) * 4;
+    // Beside them only small tensors (the targets, the loss), far below one more
+    // activation of BATCH x WIDTH.
+    let layer_output = BATCH * WIDTH * 4;
+    assert!(
+        saved.abs_diff(activations) < layer_output / 16,
+        "the forward pass kept {saved} bytes, its activations are {activations}"
+    );
 }

@@ -1,12 +1,12 @@
-use burn::nn::{Linear, LinearConfig, Relu};
+use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
+use super::relu::relu;
 use super::{InputShape, Segment, glorot};
 
 #[derive(Module, Debug)]
 pub struct Mlp {
     layers: Vec<Linear>,
-    activation: Relu,
 }
 
 impl Mlp {
@@ -24,10 +24,7 @@ impl Mlp {
             })
             .map(super::zero_bias_linear)
             .collect();
-        Mlp {
-            layers,
-            activation: Relu::new(),
-        }
+        Mlp { layers }
     }
 
     /// One segment per layer: recomputing a layer needs only its input.
@@ -38,11 +35,7 @@ impl Mlp {
     /// Layer `index` and its ReLU (none after the last): [batch, in] -> [batch, out].
     pub fn segment(&self, index: usize, x: Tensor<2>) -> Tensor<2> {
         let x = self.layers[index].forward(x);
-        if index + 1 < self.layers.len() {
-            self.activation.forward(x)
-        } else {
-            x
-        }
+        if index + 1 < self.layers.len() { relu(x) } else { x }
     }
 }
 

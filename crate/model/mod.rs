@@ -6,6 +6,7 @@ mod conv;
 pub mod generate;
 mod gpt;
 mod mlp;
+mod relu;
 
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -231,6 +232,11 @@ pub struct TensorCensus {
     /// the storage precision. Fitted per model on lavapipe over `headroom bench plan`'s
     /// settings (each model's census says on which).
     pub backward_transients: f64,
+    /// Elements per sample of the largest ReLU mask backward builds (`output > 0`, a bool
+    /// of 32 bits on wgpu whatever the precision), alive beside the gradient it masks.
+    /// Counted for the CNN, whose ReLU outputs are its largest tensors after the patches;
+    /// the MLP's is inside its `backward_transients`, fitted with it.
+    pub backward_mask: usize,
 }
 
 /// One segment's activations, in elements per sample.

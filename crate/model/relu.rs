@@ -1,0 +1,99 @@
+//! A ReLU whose backward keeps its output instead of its input.
+//!
+//! burn's ReLU keeps its input for backward, and the op after it (a matmul, a max-pool)
+//! keeps its output: two activations of the same size alive per layer. The mask backward
+//! needs, `x > 0`, is the same read from the output (`relu(x) > 0`), and the output is kept
+//! anyway, so this op keeps only that and its input is freed as soon as the forward pass
+//! moves on. On the MLP that is half the saved activations.
+//!
+//! A burn backend extension: the forward is burn's `relu` on every backend; only the
+//! autodiff backend's version differs, in what it saves.
+
+// burn marks ndarray deprecated in favour of flex; it is the CPU backend this project runs.
+#![allow(deprecated)]
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Autodiff, Backend, Cube, Dispatch, NdArray, backend_extension};
+use burn::prelude::*;
+
+#[backend_extension(Cube, NdArray, Autodiff)]
+pub trait ReluKeepingOutput: Backend {
+    /// `max(x, 0)`.
+    fn relu_keeping_output(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::relu(tensor)
+    }
+}
+
+impl ReluKeepingOutput for Cube {}
+impl ReluKeepingOutput for NdArray {}
+
+impl<B: Backend, C: CheckpointStrategy> ReluKeepingOutput for Autodiff<B, C> {
+    fn relu_keeping_output(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct ReluFromOutput;
+
+        impl<B: Backend> Backward<B, 1> for ReluFromOutput {
+            type State = FloatTensor<B>;
+
+            fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let output = ops.state;
+                unary::<B, _>(ops.parents, ops.node, grads, |grad| {
+                    B::relu_backward(output, grad)
+                });
+            }
+        }
+
+        // Compute-bound for burn's checkpointing strategies: the output is kept as this op's
+        // state, so there is nothing to recompute.
+        match ReluFromOutput
+            .prepare::<C>([tensor.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let output = B::relu(tensor.into_primitive());
+                prep.finish(output.clone(), output)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::relu(tensor.into_primitive())),
+        }
+    }
+}
+
+/// `max(x, 0)`, keeping only its output for backward (see the module's docs).
+pub fn relu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    Tensor::from_dispatch(<Dispatch as ReluKeepingOutput>::relu_keeping_output(
+        x.into_dispatch(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::Distribution;
+    use burn::tensor::activation;
+
+    use super::*;
+
+    /// The same values and the same gradient as burn's ReLU, zeros (whose gradient burn
+    /// takes as 0) included, through a product so the gradient is not all ones.
+    #[test]
+    fn equals_burns_relu_forward_and_backward() {
+        let device = Device::ndarray().autodiff();
+        let x = Tensor::<2>::random([64, 48], Distribution::Normal(0.0, 1.0), &device);
+        let x = x.clone().mask_fill(x.abs().lower_elem(0.05), 0.0);
+        let weights = Tensor::<2>::random([64, 48], Distribution::Normal(0.0, 1.0), &device);
+        let run = |activation: fn(Tensor<2>) -> Tensor<2>| {
+            let leaf = x.clone().detach().require_grad();
+            let output = activation(leaf.clone());
+            let grads = (output.clone() * weights.clone()).sum().backward();
+            (output.inner().into_data(), leaf.grad(&grads).unwrap().into_data())
+        };
+        let (ours, our_grad) = run(relu);
+        let (burns, burns_grad) = run(activation::relu);
+        ours.assert_eq(&burns, true);
+        our_grad.assert_eq(&burns_grad, true);
+    }
+}
