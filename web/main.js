@@ -390,9 +390,11 @@ function startWorker() {
 
 /// A clean slate for a run about to start.
 function beginRun(status) {
-  // A preview still pending or in flight answers settings this run has taken over.
+  // A preview still pending or in flight, or owed for edits during an earlier run that
+  // failed, answers settings this run has taken over.
   clearTimeout(planTimer);
   delete newest[Request.PLAN];
+  planAfterRun = false;
   charts.reset();
   log.clear();
   page.summary = null;
