@@ -309,9 +309,7 @@ pub fn predict(
     let widest = saved_activations.iter().copied().max().unwrap_or(0) as u64;
     let largest_parameter = census.parameters.iter().copied().max().unwrap_or(0) as u64;
     let backward = (census.backward_transients * (micro * widest * store) as f64) as u64;
-    let mask = micro * census.backward_mask as u64 * 4;
-    let workspace =
-        add(&mut live, backward) + add(&mut live, mask) + add(&mut live, largest_parameter * 4 / 2);
+    let workspace = add(&mut live, backward) + add(&mut live, largest_parameter * 4 / 2);
 
     let mut breakdown = Breakdown {
         parameters,

@@ -6,7 +6,7 @@ mod conv;
 pub mod generate;
 mod gpt;
 mod mlp;
-mod relu;
+pub mod relu;
 
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -232,12 +232,6 @@ pub struct TensorCensus {
     /// the storage precision. Fitted per model on lavapipe over `headroom bench plan`'s
     /// settings (each model's census says on which).
     pub backward_transients: f64,
-    /// Elements per sample of the ReLU mask alive where backward peaks (`output > 0`, a
-    /// bool of 32 bits on wgpu whatever the precision), beside the gradient it masks.
-    /// Counted for the CNN (the block with the widest patches), whose ReLU outputs are its
-    /// largest tensors after the patches; the MLP's is inside its `backward_transients`,
-    /// fitted with it; 0 for the GPT.
-    pub backward_mask: usize,
 }
 
 /// One segment's activations, in elements per sample.

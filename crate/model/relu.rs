@@ -7,7 +7,7 @@
 //! moves on. On the MLP that is half the saved activations.
 //!
 //! A burn backend extension: the forward is burn's `relu` on every backend; only the
-//! autodiff backend's version differs, in what it saves.
+//! autodiff backend's version differs, in what it saves and how its backward masks.
 
 // burn marks ndarray deprecated in favour of flex; it is the CPU backend this project runs.
 #![allow(deprecated)]
@@ -41,8 +41,14 @@ impl<B: Backend, C: CheckpointStrategy> ReluKeepingOutput for Autodiff<B, C> {
 
             fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let output = ops.state;
+                // The upstream gradient times sign(output): 1 where the ReLU passed its
+                // input, 0 where it cut. burn's `relu_backward` builds a bool mask for this,
+                // 32 bits an element on wgpu whatever the precision (twice an f16
+                // activation); here the output, which nothing else holds by now, becomes the
+                // factor in place and the product is written over the gradient, so backward
+                // allocates nothing for the ReLU.
                 unary::<B, _>(ops.parents, ops.node, grads, |grad| {
-                    B::relu_backward(output, grad)
+                    B::float_mul(grad, B::float_sign(output))
                 });
             }
         }
