@@ -17,6 +17,7 @@ pub mod schedule;
 pub mod step;
 pub mod tensors;
 pub mod trainer;
+pub mod vjp;
 
 pub use backend::BackendKind;
 pub use config::{Duration, OptimizerConfig, OptimizerKind, Precision, TrainConfig};

@@ -1,8 +1,9 @@
 //! Activation checkpointing by recomputation. The forward pass runs without autodiff and
 //! keeps only each segment's input. Backward then visits the segments last to first: it
 //! runs the segment again under autodiff from its saved input and pulls the upstream
-//! gradient through it (a vector-Jacobian product: the gradient of `sum(output *
-//! upstream)`). One segment's activations are alive at a time, for one extra forward pass.
+//! gradient through it (a vector-Jacobian product, seeded by [`vjp_seed`] so that no
+//! tensor of the output's size is built for it). One segment's activations are alive at a
+//! time, for one extra forward pass.
 //!
 //! burn's own checkpointing (its balanced strategy) keeps the outputs of compute-bound ops,
 //! which on these models are most of the memory.
@@ -10,6 +11,7 @@
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 
+use super::vjp::vjp_seed;
 use crate::memory::{Phase, is_recomputed_input};
 use crate::model::{Model, ModelInput};
 
@@ -91,7 +93,7 @@ pub fn backward_by_segments(
         // Every input but the batch requires its gradient, so only segment 0 has none to
         // hand on.
         let Some(gradient) = upstream.take() else { break };
-        upstream = backward(input, (output * gradient.autodiff()).sum());
+        upstream = backward(input, vjp_seed(output, gradient.autodiff()));
     }
     loss.detach()
 }
