@@ -54,13 +54,11 @@ impl<B: Backend, C: CheckpointStrategy> VjpSeed for Autodiff<B, C> {
             }
         }
 
-        let upstream = upstream.into_primitive();
-        match Seed.prepare::<C>([output.node()]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
-                let zero = one_zero::<B>(&output.into_primitive());
-                prep.finish(upstream, zero)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(one_zero::<B>(&output.into_primitive())),
+        let node = output.node();
+        let zero = one_zero::<B>(&output.into_primitive());
+        match Seed.prepare::<C>([node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish(upstream.into_primitive(), zero),
+            OpsKind::UnTracked(prep) => prep.finish(zero),
         }
     }
 }
