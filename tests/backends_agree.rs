@@ -1,7 +1,8 @@
-//! wgpu (Mesa's lavapipe here) and ndarray, started from the same weights and fed the same
-//! batches, give the same losses for 20 steps: a kernel that computed garbage without an
-//! error would show here. Each backend draws its initial weights from its own generator,
-//! so the ndarray run's step-0 checkpoint starts both.
+//! wgpu (Mesa's lavapipe here) and flex, each against ndarray, started from the same
+//! weights and fed the same batches, give the same losses for 20 steps: a kernel that
+//! computed garbage without an error would show here, and so would flex's conv (burn's
+//! conv2d, where the others run the im2col conv). Each backend draws its initial weights
+//! from its own generator, so the ndarray run's step-0 checkpoint starts both.
 #![cfg(not(target_arch = "wasm32"))]
 
 mod common;
@@ -28,7 +29,7 @@ async fn losses(mut trainer: Trainer, mut progress: Progress, source: &DataSourc
     losses
 }
 
-async fn agree(model: ModelConfig) {
+async fn agree(model: ModelConfig, other: BackendKind) {
     let dataset = common::synthetic_dataset(2000, 250, Codec::Lz4);
     let mut config = TrainConfig {
         model,
@@ -49,16 +50,17 @@ async fn agree(model: ModelConfig) {
     let start = checkpoint::capture(&trainer, &Progress::default(), &source)
         .await
         .unwrap();
-    let gpu = BackendKind::Wgpu;
-    let (on_gpu, gpu_progress) =
-        checkpoint::restore(&start, |_| {}, &source, gpu.device(), gpu.name()).unwrap();
-    let gpu_losses = losses(on_gpu, gpu_progress, &source).await;
+    let (on_other, other_progress) =
+        checkpoint::restore(&start, |_| {}, &source, other.device(), other.name()).unwrap();
+    let other_losses = losses(on_other, other_progress, &source).await;
     let cpu_losses = losses(trainer, Progress::default(), &source).await;
     assert_eq!(cpu_losses.len() as u64, STEPS);
-    for (step, (cpu, gpu)) in cpu_losses.iter().zip(&gpu_losses).enumerate() {
+    assert_eq!(other_losses.len() as u64, STEPS);
+    let name = other.name();
+    for (step, (cpu, theirs)) in cpu_losses.iter().zip(&other_losses).enumerate() {
         assert!(
-            (cpu - gpu).abs() <= TOLERANCE * cpu.abs().max(1.0),
-            "step {}: ndarray {cpu}, wgpu {gpu}\nndarray {cpu_losses:?}\nwgpu {gpu_losses:?}",
+            (cpu - theirs).abs() <= TOLERANCE * cpu.abs().max(1.0),
+            "step {}: ndarray {cpu}, {name} {theirs}\nndarray {cpu_losses:?}\n{name} {other_losses:?}",
             step + 1
         );
     }
@@ -70,10 +72,20 @@ async fn agree(model: ModelConfig) {
 
 #[tokio::test]
 async fn the_mlp_trains_alike_on_wgpu_and_ndarray_from_the_same_weights() {
-    agree(ModelConfig::Mlp { hidden: vec![64, 32] }).await;
+    agree(ModelConfig::Mlp { hidden: vec![64, 32] }, BackendKind::Wgpu).await;
 }
 
 #[tokio::test]
 async fn the_cnn_trains_alike_on_wgpu_and_ndarray_from_the_same_weights() {
-    agree(ModelConfig::Cnn { channels: vec![4, 8] }).await;
+    agree(ModelConfig::Cnn { channels: vec![4, 8] }, BackendKind::Wgpu).await;
+}
+
+#[tokio::test]
+async fn the_mlp_trains_alike_on_flex_and_ndarray_from_the_same_weights() {
+    agree(ModelConfig::Mlp { hidden: vec![64, 32] }, BackendKind::Flex).await;
+}
+
+#[tokio::test]
+async fn the_cnn_trains_alike_on_flex_and_ndarray_from_the_same_weights() {
+    agree(ModelConfig::Cnn { channels: vec![4, 8] }, BackendKind::Flex).await;
 }

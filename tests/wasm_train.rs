@@ -116,15 +116,12 @@ async fn recomputing_checkpointing_trains_on_webgpu_with_the_losses_of_kept_acti
 #[wasm_bindgen_test]
 async fn the_cpu_fallback_trains_the_same_model() {
     let (backend, events) = train(Preference::Cpu, config(Precision::F32)).await;
-    assert_eq!(backend, "ndarray");
+    assert_eq!(backend, "flex");
     assert_learns(&events);
     let TrainEvent::Step(first) = &events[1] else {
         panic!("{:?}", events[1])
     };
-    assert_eq!(
-        first.memory.gpu_bytes_reserved, None,
-        "ndarray has no device pool"
-    );
+    assert_eq!(first.memory.gpu_bytes_reserved, None, "flex has no device pool");
     assert!(first.memory.host_bytes.unwrap() > 0, "the wasm memory is sampled");
 }
 
@@ -154,7 +151,7 @@ async fn auto_prefers_the_cpu_to_a_software_adapter_and_says_why() {
     let (_, adapter) = device::webgpu().await.unwrap();
     let acquired = device::acquire(Preference::Auto).await.unwrap();
     if adapter.device_type == "Cpu" {
-        assert_eq!(acquired.backend, "ndarray");
+        assert_eq!(acquired.backend, "flex");
         let reason = acquired.fallback_reason.expect("the choice is explained");
         assert!(reason.contains("software renderer"), "{reason}");
     } else {

@@ -102,7 +102,7 @@ function showError(message, kind) {
 
 function showDevice(report) {
   const a = report.adapter;
-  const rows = [["Backend", report.backend === "webgpu" ? "WebGPU" : "CPU (burn ndarray, wasm SIMD)"]];
+  const rows = [["Backend", report.backend === "webgpu" ? "WebGPU" : "CPU (burn flex, wasm SIMD)"]];
   if (report.fallback_reason) rows.push(["Why not WebGPU", report.fallback_reason]);
   if (a) {
     rows.push(

@@ -25,7 +25,7 @@ pub enum PoolModel {
     Sliced { alignment: u64 },
     /// One page per allocation, in size buckets: cubecl on wasm32 (WebGPU).
     Exclusive { alignment: u64, max_buffer: u64 },
-    /// The host allocator (ndarray): about the bytes asked for.
+    /// The host allocator (ndarray, flex): about the bytes asked for.
     Host,
 }
 
@@ -33,7 +33,7 @@ impl PoolModel {
     /// The model for the backend this build runs `backend` on.
     pub fn for_backend(backend: &str) -> PoolModel {
         match backend {
-            "ndarray" => PoolModel::Host,
+            "ndarray" | "flex" => PoolModel::Host,
             _ if cfg!(target_arch = "wasm32") => PoolModel::Exclusive {
                 alignment: 256,
                 max_buffer: 1024 * MIB,

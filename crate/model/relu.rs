@@ -9,18 +9,20 @@
 //! A burn backend extension: the forward is burn's `relu` on every backend; only the
 //! autodiff backend's version differs, in what it saves and how its backward masks.
 
-// burn marks ndarray deprecated in favour of flex; it is the CPU backend this project runs.
+// burn marks ndarray deprecated in favour of flex; natively it is a CPU backend still offered.
 #![allow(deprecated)]
 
+#[cfg(not(target_arch = "wasm32"))]
+use burn::backend::NdArray;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Autodiff, Backend, Cube, Dispatch, NdArray, backend_extension};
+use burn::backend::{Autodiff, Backend, Cube, Dispatch, Flex, backend_extension};
 use burn::prelude::*;
 
-#[backend_extension(Cube, NdArray, Autodiff)]
+#[backend_extension(Cube, Flex, NdArray: cfg(not(target_arch = "wasm32")), Autodiff)]
 pub trait ReluKeepingOutput: Backend {
     /// `max(x, 0)`.
     fn relu_keeping_output(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -29,6 +31,8 @@ pub trait ReluKeepingOutput: Backend {
 }
 
 impl ReluKeepingOutput for Cube {}
+impl ReluKeepingOutput for Flex {}
+#[cfg(not(target_arch = "wasm32"))]
 impl ReluKeepingOutput for NdArray {}
 
 impl<B: Backend, C: CheckpointStrategy> ReluKeepingOutput for Autodiff<B, C> {

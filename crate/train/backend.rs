@@ -10,9 +10,13 @@ use serde::{Deserialize, Serialize};
 pub enum BackendKind {
     /// wgpu: Vulkan, Metal, DX12 natively (lavapipe on a machine without a GPU).
     Wgpu,
-    /// burn's ndarray CPU backend.
+    /// burn's ndarray CPU backend (deprecated by burn in favour of flex).
     #[cfg(not(target_arch = "wasm32"))]
     Ndarray,
+    /// burn's flex CPU backend: gemm matmuls and a conv2d whose backward is not a scalar
+    /// loop.
+    #[cfg(not(target_arch = "wasm32"))]
+    Flex,
     /// NVIDIA GPUs through burn's CUDA backend, in builds with the `cuda` feature.
     #[cfg(not(target_arch = "wasm32"))]
     Cuda,
@@ -30,6 +34,8 @@ impl BackendKind {
             BackendKind::Wgpu => "wgpu",
             #[cfg(not(target_arch = "wasm32"))]
             BackendKind::Ndarray => "ndarray",
+            #[cfg(not(target_arch = "wasm32"))]
+            BackendKind::Flex => "flex",
             #[cfg(not(target_arch = "wasm32"))]
             BackendKind::Cuda => "cuda",
         }
@@ -59,6 +65,7 @@ impl BackendKind {
             // CPU backend the project was specified with.
             #[allow(deprecated)]
             BackendKind::Ndarray => Device::ndarray(),
+            BackendKind::Flex => Device::flex(),
             #[cfg(feature = "cuda")]
             BackendKind::Cuda => Device::cuda(0),
             #[cfg(not(feature = "cuda"))]

@@ -122,8 +122,8 @@ pub async fn model_bytes(model: &Model) -> Result<Vec<u8>, TrainError> {
             .map_err(|e| TrainError::Readback(format!("{e:?}")))?;
         values.push(data);
     }
-    #[allow(deprecated)] // burn's CPU backend as the CLI names it (see `BackendKind`).
-    let cpu = Device::ndarray();
+    // burn's CPU backend on every target (the browser's build has no other).
+    let cpu = Device::flex();
     let bytes = model
         .clone()
         .map(&mut Fill(values.into_iter(), cpu))

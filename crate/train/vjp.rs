@@ -10,18 +10,20 @@
 //! A burn backend extension, like [`crate::model::relu`]: only the autodiff backend's
 //! version does anything beyond its value.
 
-// burn marks ndarray deprecated in favour of flex; it is the CPU backend this project runs.
+// burn marks ndarray deprecated in favour of flex; natively it is a CPU backend still offered.
 #![allow(deprecated)]
 
+#[cfg(not(target_arch = "wasm32"))]
+use burn::backend::NdArray;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Autodiff, Backend, Cube, Dispatch, NdArray, TensorMetadata, backend_extension};
+use burn::backend::{Autodiff, Backend, Cube, Dispatch, Flex, TensorMetadata, backend_extension};
 use burn::prelude::*;
 
-#[backend_extension(Cube, NdArray, Autodiff)]
+#[backend_extension(Cube, Flex, NdArray: cfg(not(target_arch = "wasm32")), Autodiff)]
 pub trait VjpSeed: Backend {
     /// A one-element zero whose gradient with respect to `output` is `upstream`. Only its
     /// gradient means anything, and only as the root backward starts from.
@@ -37,6 +39,8 @@ fn one_zero<B: Backend>(like: &FloatTensor<B>) -> FloatTensor<B> {
 }
 
 impl VjpSeed for Cube {}
+impl VjpSeed for Flex {}
+#[cfg(not(target_arch = "wasm32"))]
 impl VjpSeed for NdArray {}
 
 impl<B: Backend, C: CheckpointStrategy> VjpSeed for Autodiff<B, C> {

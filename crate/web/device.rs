@@ -1,6 +1,6 @@
 //! The browser's devices. WebGPU is acquired once per worker and kept: wgpu cannot be
 //! initialized twice in one module instance. Where no adapter is offered, burn's CPU
-//! backend (ndarray, wasm SIMD) runs the same trainer.
+//! backend (flex, wasm SIMD) runs the same trainer.
 
 use std::sync::OnceLock;
 
@@ -136,16 +136,17 @@ fn adapter_label(adapter: &AdapterReport) -> String {
     }
 }
 
-#[allow(deprecated)] // burn prefers its new `flex` CPU backend; ndarray is the one we plan for.
+/// burn's flex backend, with wasm SIMD: gemm's simd128 matmuls and a conv2d whose backward
+/// is im2col and gemm.
 pub(super) fn cpu() -> Device {
-    Device::ndarray()
+    Device::flex()
 }
 
 pub async fn acquire(preference: Preference) -> Result<Acquired, String> {
     if preference == Preference::Cpu {
         return Ok(Acquired {
             device: cpu(),
-            backend: "ndarray",
+            backend: "flex",
             adapter: None,
             fallback_reason: None,
         });
@@ -155,7 +156,7 @@ pub async fn acquire(preference: Preference) -> Result<Acquired, String> {
         // beats it by far (the MLP ran ~90x faster in headless Chromium).
         Ok((_, adapter)) if preference == Preference::Auto && adapter.device_type == "Cpu" => Ok(Acquired {
             device: cpu(),
-            backend: "ndarray",
+            backend: "flex",
             fallback_reason: Some(format!(
                 "the WebGPU adapter is a software renderer ({}), slower than the CPU \
                      backend; choose WebGPU to train on it anyway",
@@ -171,7 +172,7 @@ pub async fn acquire(preference: Preference) -> Result<Acquired, String> {
         }),
         Err(reason) if preference == Preference::Auto => Ok(Acquired {
             device: cpu(),
-            backend: "ndarray",
+            backend: "flex",
             adapter: None,
             fallback_reason: Some(reason),
         }),

@@ -21,7 +21,7 @@ test("a plan reply to older settings is dropped; the reply to the newest request
         playground.receive({
           type: "planned",
           requestId: id,
-          preview: { chosen: null, refusal: "the settings of a request since replaced", levers: [], plan: {}, device: { backend: "ndarray", adapter: null, fallback_reason: null } },
+          preview: { chosen: null, refusal: "the settings of a request since replaced", levers: [], plan: {}, device: { backend: "flex", adapter: null, fallback_reason: null } },
         }),
       requestId,
     );

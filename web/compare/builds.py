@@ -36,7 +36,7 @@ def summarise(batch, run):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--builds", required=True, help="label=path[,label=path...]")
-    parser.add_argument("--backend", default="wgpu")
+    parser.add_argument("--backend", default="wgpu", help="one or more, comma-separated: each build runs on each")
     parser.add_argument("--cases", default="mlp,cnn")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=12)
@@ -56,11 +56,12 @@ def main():
     for key in args.cases.split(","):
         case = CASES[key]
         for round_index in range(args.rounds):
-            for (label, path), (suffix, value) in ((b, v) for b in builds for v in variants):
+            runs = ((b, v, backend) for b in builds for v in variants for backend in args.backend.split(","))
+            for (label, path), (suffix, value), backend in runs:
                 if variable:
                     os.environ[variable] = value
-                run = native.headroom(argparse.Namespace(**vars(run_args), headroom=path), case, args.backend)
-                table.setdefault((case["name"], f"{label}{suffix} ({args.backend})"), []).append(summarise(case["batch"], run))
+                run = native.headroom(argparse.Namespace(**vars(run_args), headroom=path), case, backend)
+                table.setdefault((case["name"], f"{label}{suffix} ({backend})"), []).append(summarise(case["batch"], run))
             if variable:
                 os.environ.pop(variable)
             if args.torch_python != "none":

@@ -1,4 +1,4 @@
-"""The native half of the comparison: `headroom train` on ndarray and wgpu against PyTorch
+"""The native half of the comparison: `headroom train` on flex, ndarray and wgpu against PyTorch
 on the CPU, each run its own process (fresh device, fresh allocator), its peak RSS read
 from the kernel when it exits. Prints one JSON object of raw runs; run.mjs summarises."""
 
@@ -66,7 +66,7 @@ def main():
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--eval-samples", type=int, default=1000)
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--backends", default="ndarray,wgpu")
+    parser.add_argument("--backends", default="flex,ndarray,wgpu")
     args = parser.parse_args()
     runs = []
     for case in json.loads(args.cases):

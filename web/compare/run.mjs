@@ -47,7 +47,8 @@ const BROWSER_PAIRS = [
   { headroom: "webgpu", peer: "webgpu" },
   { headroom: "cpu", peer: "wasm" },
 ];
-const NATIVE_BACKENDS = ["ndarray", "wgpu"];
+// flex is the CPU backend; ndarray, which burn deprecates, stays beside it for comparison.
+const NATIVE_BACKENDS = ["flex", "ndarray", "wgpu"];
 
 const max = (values) => {
   const known = values.filter((v) => v != null);
