@@ -1,4 +1,4 @@
-"""The GPT side by side: `headroom train --model gpt` on ndarray and wgpu against the same
+"""The GPT side by side: `headroom train --model gpt` on flex, ndarray and wgpu against the same
 GPT in PyTorch on the CPU (gpt_peer.py), the same windows in the same order, each run its
 own process with its peak RSS read from the kernel. Prints a table and one JSON line."""
 
@@ -53,7 +53,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--backends", default="ndarray,wgpu")
+    parser.add_argument("--backends", default="flex,ndarray,wgpu")
     args = parser.parse_args()
     runs = []
     for run in range(args.runs):
