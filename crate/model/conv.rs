@@ -1,6 +1,6 @@
 //! conv3x3 with stride 1 and same padding. On flex it is burn's own conv2d, whose backward
 //! is flex's im2col-and-gemm `conv_transpose2d`. Elsewhere it is computed here as nine
-//! shifted windows of the padded input and one matmul per image (im2col): every op that
+//! shifted windows of the padded input and one matmul per image (im2col): every op it
 //! uses has a vectorized backward on every backend, where burn-ndarray's own conv2d
 //! backward computes the input gradient with a scalar `conv_transpose2d` loop that took
 //! ~90% of a CNN step (25-33 samples/s on 2 cores), and the planner's census counts what
@@ -33,7 +33,7 @@ impl Conv3x3 {
 
     /// [batch, in, h, w] -> [batch, out, h, w].
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
-        // Side by side on the comparison's CNN (8,16 channels, batch 64, 2 cores,
+        // Side by side on the comparison's CNN (8,16 channels, batch 64, dev build, 2 cores,
         // 2026-12-02): flex ran burn's conv2d at 5,160 samples/s and this im2col at 3,887;
         // ndarray ran burn's at 356 and this one at 2,012.
         if x.device() == Device::flex() {
