@@ -61,8 +61,8 @@ impl BackendKind {
         }
         match self {
             BackendKind::Wgpu => Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
-            // burn marks ndarray deprecated in favour of flex; the CLI offers it as the
-            // CPU backend the project was specified with.
+            // burn marks ndarray deprecated in favour of flex; the CLI still offers it, for
+            // comparison and for the tests that pin its losses.
             #[allow(deprecated)]
             BackendKind::Ndarray => Device::ndarray(),
             BackendKind::Flex => Device::flex(),
