@@ -18,6 +18,7 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn::backend::ops::ActivationOps;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Cube, Dispatch, Flex, backend_extension};
 use burn::prelude::*;
@@ -28,31 +29,42 @@ pub trait ReluKeepingOutput: Backend {
     fn relu_keeping_output(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         Self::relu(tensor)
     }
+
+    /// The gradient through the ReLU, from its output: the upstream gradient times
+    /// sign(output), 1 where the ReLU passed its input, 0 where it cut. burn's
+    /// `relu_backward` builds a bool mask for this, 32 bits an element on wgpu whatever the
+    /// precision (twice an f16 activation); here the output, which nothing else holds by
+    /// then, becomes the factor in place and the product is written over the gradient, so
+    /// backward allocates nothing for the ReLU.
+    fn relu_backward_from_output(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::float_mul(grad, Self::float_sign(output))
+    }
 }
 
 impl ReluKeepingOutput for Cube {}
-impl ReluKeepingOutput for Flex {}
+
+/// flex's `relu_backward` is one fused pass with no mask, where its `sign` is a scalar
+/// loop (~10% of a CNN step under perf) followed by a second pass for the product.
+impl ReluKeepingOutput for Flex {
+    fn relu_backward_from_output(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::relu_backward(output, grad)
+    }
+}
 #[cfg(not(target_arch = "wasm32"))]
 impl ReluKeepingOutput for NdArray {}
 
-impl<B: Backend, C: CheckpointStrategy> ReluKeepingOutput for Autodiff<B, C> {
+impl<B: ReluKeepingOutput, C: CheckpointStrategy> ReluKeepingOutput for Autodiff<B, C> {
     fn relu_keeping_output(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         #[derive(Debug)]
         struct ReluFromOutput;
 
-        impl<B: Backend> Backward<B, 1> for ReluFromOutput {
+        impl<B: ReluKeepingOutput> Backward<B, 1> for ReluFromOutput {
             type State = FloatTensor<B>;
 
             fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let output = ops.state;
-                // The upstream gradient times sign(output): 1 where the ReLU passed its
-                // input, 0 where it cut. burn's `relu_backward` builds a bool mask for this,
-                // 32 bits an element on wgpu whatever the precision (twice an f16
-                // activation); here the output, which nothing else holds by now, becomes the
-                // factor in place and the product is written over the gradient, so backward
-                // allocates nothing for the ReLU.
                 unary::<B, _>(ops.parents, ops.node, grads, |grad| {
-                    B::float_mul(grad, B::float_sign(output))
+                    B::relu_backward_from_output(output, grad)
                 });
             }
         }
@@ -91,7 +103,16 @@ mod tests {
     /// takes as 0) included, through a product so the gradient is not all ones.
     #[test]
     fn equals_burns_relu_forward_and_backward() {
-        let device = Device::ndarray().autodiff();
+        equals_burns_relu_on(Device::ndarray().autodiff());
+    }
+
+    /// flex takes its own backward (its fused `relu_backward`), not the sign product.
+    #[test]
+    fn equals_burns_relu_forward_and_backward_on_flex() {
+        equals_burns_relu_on(Device::flex().autodiff());
+    }
+
+    fn equals_burns_relu_on(device: Device) {
         let x = Tensor::<2>::random([64, 48], Distribution::Normal(0.0, 1.0), &device);
         let x = x.clone().mask_fill(x.abs().lower_elem(0.05), 0.0);
         let weights = Tensor::<2>::random([64, 48], Distribution::Normal(0.0, 1.0), &device);
