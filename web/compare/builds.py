@@ -8,7 +8,7 @@ the build (burn's features, a profile) moves samples/s and the peak reservation.
 runtime setting rather than a build: `--env CUBECL_WGPU_MAX_TASKS=8,32,128`).
 
 Runs are interleaved (every build and PyTorch once per round), so a noisy minute burdens
-all of them alike; the table gives the median and the range over the rounds."""
+all of them alike; the table gives the median and the range over the rounds (peak RSS: the median)."""
 
 import argparse
 import os
@@ -26,11 +26,12 @@ WARMUP_STEPS = 3
 
 
 def summarise(batch, run):
-    """samples/s of the median step after warm-up, and the peak reservation in MiB."""
+    """samples/s of the median step after warm-up, the peak reservation and the peak RSS in
+    MiB (a CPU backend's memory, and what an allocator trades for speed)."""
     seconds = [step["seconds"] for step in run["steps"]]
     # PyTorch's steps carry no memory figure.
     reserved = [step["memory"]["reserved"] or 0 for step in run["steps"] if "memory" in step]
-    return batch / statistics.median(seconds[WARMUP_STEPS:]), max(reserved, default=0) / 2**20
+    return batch / statistics.median(seconds[WARMUP_STEPS:]), max(reserved, default=0) / 2**20, run["peak_rss"] / 2**20
 
 
 def main():
@@ -68,12 +69,13 @@ def main():
                 run = native.pytorch(run_args, case)
                 table.setdefault((case["name"], "PyTorch CPU"), []).append(summarise(case["batch"], run))
             print(f"  {case['name']}: round {round_index + 1} of {args.rounds}", file=sys.stderr)
-    print(f"{'model':16} {'build':40} {'samples/s':>10} {'range':>17} {'peak reserved':>14}")
+    print(f"{'model':16} {'build':40} {'samples/s':>10} {'range':>17} {'peak reserved':>14} {'peak RSS':>10}")
     for (model, build), runs in table.items():
-        speeds = [speed for speed, _ in runs]
-        reserved = max(mib for _, mib in runs)
+        speeds = [speed for speed, _, _ in runs]
+        reserved = max(mib for _, mib, _ in runs)
+        rss = statistics.median(mib for _, _, mib in runs)
         print(f"{model:16} {build:40} {statistics.median(speeds):10,.0f} "
-              f"{min(speeds):8,.0f}-{max(speeds):<8,.0f} {reserved:10.1f} MiB")
+              f"{min(speeds):8,.0f}-{max(speeds):<8,.0f} {reserved:10.1f} MiB {rss:6.1f} MiB")
 
 
 if __name__ == "__main__":
