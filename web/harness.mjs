@@ -33,8 +33,9 @@ export function serve(binary = process.env.HEADROOM_BIN ?? join(repo, "target", 
   });
 }
 
-export function launchChromium() {
-  return chromium.launch({ executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium", args: CHROMIUM_ARGS });
+/// `extraArgs`: flags on top of CHROMIUM_ARGS (web/compare/wasm-tiering.mjs sets V8's).
+export function launchChromium(extraArgs = []) {
+  return chromium.launch({ executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium", args: [...CHROMIUM_ARGS, ...extraArgs] });
 }
 
 /// For a node:test file: one `headroom serve` and one Chromium for all its tests, started

@@ -5,8 +5,7 @@
 // shows where it happens.
 //   HEADROOM_BIN=target/release/headroom node web/compare/wasm-tiering.mjs [--steps 200] [--runs 2]
 import { parseArgs } from "node:util";
-import { chromium } from "playwright-core";
-import { CHROMIUM_ARGS, median, runCompareCase, serve } from "../harness.mjs";
+import { launchChromium, median, runCompareCase, serve } from "../harness.mjs";
 
 const { values: options } = parseArgs({
   options: { steps: { type: "string", default: "200" }, runs: { type: "string", default: "2" } },
@@ -25,10 +24,7 @@ const PEERS = [
 ];
 
 async function stepMilliseconds(url, flags, peer) {
-  const browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-    args: [...CHROMIUM_ARGS, ...flags],
-  });
+  const browser = await launchChromium(flags);
   try {
     const result = await runCompareCase(browser, url, {
       ...peer, model: "mlp", layers: [128], batch: 256, steps: STEPS, eval_samples: 100,
