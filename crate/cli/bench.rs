@@ -33,6 +33,19 @@ pub enum BenchCommand {
     Soak(super::bench_soak::SoakBenchArgs),
 }
 
+impl BenchCommand {
+    /// Whether the benchmark trains (see `Command::trains`).
+    pub fn trains(&self) -> bool {
+        match self {
+            BenchCommand::Data(_) | BenchCommand::Inputs(_) | BenchCommand::Serve(_) => false,
+            BenchCommand::Train(_)
+            | BenchCommand::Plan(_)
+            | BenchCommand::Pipeline(_)
+            | BenchCommand::Soak(_) => true,
+        }
+    }
+}
+
 #[derive(Args)]
 pub struct DataBenchArgs {
     #[arg(long, default_value = DEFAULT_IDX_SOURCE)]

@@ -71,8 +71,25 @@ enum Command {
     Bench(bench::BenchCommand),
 }
 
+impl Command {
+    /// Whether the command runs training steps on the host, where reusing freed memory
+    /// pays (see `keep_freed_heap_for_reuse`); serving and preparing keep the defaults.
+    fn trains(&self) -> bool {
+        match self {
+            Command::Prepare(_) | Command::Serve(_) | Command::Stream(_) => false,
+            #[cfg(feature = "train")]
+            Command::Train(_) | Command::Eval(_) | Command::Plan(_) => true,
+            #[cfg(feature = "train")]
+            Command::Bench(command) => command.trains(),
+        }
+    }
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.command.trains() {
+        crate::platform::keep_freed_heap_for_reuse();
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
