@@ -31,13 +31,18 @@ pub enum BenchCommand {
     /// A long run at a tight cap: the reservation after warm-up, the enforcements, and a
     /// run taken up again from its checkpoint halfway against one never stopped.
     Soak(super::bench_soak::SoakBenchArgs),
+    /// cubek's subgroup-free matmul routines side by side on the MLP's and the GPT's shapes.
+    Matmul(super::bench_matmul::MatmulBenchArgs),
 }
 
 impl BenchCommand {
     /// Whether the benchmark trains (see `Command::trains`).
     pub fn trains(&self) -> bool {
         match self {
-            BenchCommand::Data(_) | BenchCommand::Inputs(_) | BenchCommand::Serve(_) => false,
+            BenchCommand::Data(_)
+            | BenchCommand::Inputs(_)
+            | BenchCommand::Serve(_)
+            | BenchCommand::Matmul(_) => false,
             BenchCommand::Train(_)
             | BenchCommand::Plan(_)
             | BenchCommand::Pipeline(_)
@@ -66,6 +71,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Inputs(args) => super::bench_inputs::bench_inputs(args),
         BenchCommand::Serve(args) => super::bench_serve::bench_serve(args).await,
         BenchCommand::Soak(args) => super::bench_soak::bench_soak(args).await,
+        BenchCommand::Matmul(args) => super::bench_matmul::bench_matmul(args),
     }
 }
 

@@ -5,6 +5,8 @@ mod bench;
 #[cfg(feature = "train")]
 mod bench_inputs;
 #[cfg(feature = "train")]
+mod bench_matmul;
+#[cfg(feature = "train")]
 mod bench_pipeline;
 #[cfg(feature = "train")]
 mod bench_serve;

@@ -3,6 +3,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
 use super::conv::Conv3x3;
+use super::matmul::linear;
 use super::relu::relu;
 use super::{InputShape, Segment, glorot};
 
@@ -73,7 +74,7 @@ impl Cnn {
     pub fn segment(&self, index: usize, x: Tensor<2>) -> Tensor<2> {
         match self.blocks.get(index) {
             Some(block) => block.forward(x),
-            None => self.head.forward(x),
+            None => linear(&self.head, x),
         }
     }
 }

@@ -11,6 +11,7 @@ use burn::nn::{
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use super::matmul::linear_3d;
 use super::{Segment, TensorCensus};
 
 /// The GPT's size: `layers` blocks of `width` features split over `heads`, reading
@@ -89,8 +90,8 @@ impl Block {
         let x = x + attended;
         let hidden = self
             .activation
-            .forward(self.expand.forward(self.mlp_norm.forward(x.clone())));
-        x + self.project.forward(hidden)
+            .forward(linear_3d(&self.expand, self.mlp_norm.forward(x.clone())));
+        x + linear_3d(&self.project, hidden)
     }
 }
 
@@ -142,7 +143,7 @@ impl Gpt {
             .blocks
             .iter()
             .fold(self.embed(tokens), |x, block| block.forward(x));
-        self.head.forward(self.norm.forward(x))
+        linear_3d(&self.head, self.norm.forward(x))
     }
 
     /// One segment per block, then the final norm and head.
@@ -157,7 +158,7 @@ impl Gpt {
         let x = x.reshape([rows / self.context, self.context, width]);
         let out = match self.blocks.get(index) {
             Some(block) => block.forward(x),
-            None => self.head.forward(self.norm.forward(x)),
+            None => linear_3d(&self.head, self.norm.forward(x)),
         };
         out.flatten(0, 1)
     }

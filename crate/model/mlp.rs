@@ -1,6 +1,7 @@
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
+use super::matmul::linear;
 use super::relu::relu;
 use super::{InputShape, Segment, glorot};
 
@@ -34,7 +35,7 @@ impl Mlp {
 
     /// Layer `index` and its ReLU (none after the last): [batch, in] -> [batch, out].
     pub fn segment(&self, index: usize, x: Tensor<2>) -> Tensor<2> {
-        let x = self.layers[index].forward(x);
+        let x = linear(&self.layers[index], x);
         if index + 1 < self.layers.len() { relu(x) } else { x }
     }
 }

@@ -5,6 +5,7 @@ mod cnn;
 mod conv;
 pub mod generate;
 mod gpt;
+pub mod matmul;
 mod mlp;
 pub mod relu;
 

@@ -60,7 +60,7 @@ impl BackendKind {
             panic!("{why}");
         }
         match self {
-            BackendKind::Wgpu => Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
+            BackendKind::Wgpu => wgpu_device(),
             // burn marks ndarray deprecated in favour of flex; the CLI still offers it, for
             // comparison and for the tests that pin its losses.
             #[allow(deprecated)]
@@ -72,4 +72,23 @@ impl BackendKind {
             BackendKind::Cuda => unreachable!("unavailable() is checked above"),
         }
     }
+}
+
+/// The wgpu device, initialized once with its adapter in hand so that its matmuls take the
+/// routine chosen for that adapter (`model::matmul::routine_for_adapter`).
+#[cfg(not(target_arch = "wasm32"))]
+fn wgpu_device() -> Device {
+    use crate::model::matmul::{routine_for_adapter, set_gpu_routine};
+    static DEVICE: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
+    DEVICE
+        .get_or_init(|| match Device::wgpu_options().init_with_setup() {
+            Ok((device, setup)) => {
+                set_gpu_routine(routine_for_adapter(&setup.adapter.get_info()));
+                device
+            }
+            // Initialized already (a test's own device), or no adapter: burn's device, which
+            // reports a missing adapter where it is first used, as before.
+            Err(_) => Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
+        })
+        .clone()
 }

@@ -5,6 +5,8 @@
 use std::sync::OnceLock;
 
 use burn::prelude::Device;
+
+use crate::model::matmul::{MatmulRoutine, routine_for_adapter, set_gpu_routine};
 use burn::tensor::wgpu::wgpu;
 use futures::lock::Mutex;
 use serde::{Deserialize, Serialize};
@@ -51,6 +53,8 @@ pub struct Acquired {
 struct WebGpu {
     device: Device,
     adapter: AdapterReport,
+    /// The routine its matmuls take (`model::matmul::routine_for_adapter`).
+    matmul: MatmulRoutine,
 }
 
 static WEBGPU: OnceLock<Mutex<Option<Result<WebGpu, String>>>> = OnceLock::new();
@@ -114,17 +118,25 @@ async fn acquire_webgpu() -> Result<WebGpu, String> {
     Ok(WebGpu {
         device,
         adapter: report(&setup.adapter),
+        matmul: routine_for_adapter(&setup.adapter.get_info()),
     })
 }
 
 /// The WebGPU device and its adapter, acquired on the first call.
 pub async fn webgpu() -> Result<(Device, AdapterReport), String> {
+    webgpu_with_routine()
+        .await
+        .map(|(device, adapter, _)| (device, adapter))
+}
+
+/// `webgpu`, with the matmul routine chosen for the adapter.
+async fn webgpu_with_routine() -> Result<(Device, AdapterReport, MatmulRoutine), String> {
     let mut cached = WEBGPU.get_or_init(Default::default).lock().await;
     if cached.is_none() {
         *cached = Some(acquire_webgpu().await);
     }
     match cached.as_ref().expect("filled above") {
-        Ok(gpu) => Ok((gpu.device.clone(), gpu.adapter.clone())),
+        Ok(gpu) => Ok((gpu.device.clone(), gpu.adapter.clone(), gpu.matmul)),
         Err(reason) => Err(reason.clone()),
     }
 }
@@ -143,6 +155,8 @@ pub(super) fn cpu() -> Device {
 }
 
 pub async fn acquire(preference: Preference) -> Result<Acquired, String> {
+    // Until a run is on WebGPU; the CPU ignores it anyway.
+    set_gpu_routine(MatmulRoutine::Burn);
     if preference == Preference::Cpu {
         return Ok(Acquired {
             device: cpu(),
@@ -151,25 +165,30 @@ pub async fn acquire(preference: Preference) -> Result<Acquired, String> {
             fallback_reason: None,
         });
     }
-    match webgpu().await {
+    match webgpu_with_routine().await {
         // A software adapter (SwiftShader) is a GPU emulated on the CPU: burn's CPU backend
         // beats it by far (the MLP ran ~90x faster in headless Chromium).
-        Ok((_, adapter)) if preference == Preference::Auto && adapter.device_type == "Cpu" => Ok(Acquired {
-            device: cpu(),
-            backend: "flex",
-            fallback_reason: Some(format!(
-                "the WebGPU adapter is a software renderer ({}), slower than the CPU \
+        Ok((_, adapter, _)) if preference == Preference::Auto && adapter.device_type == "Cpu" => {
+            Ok(Acquired {
+                device: cpu(),
+                backend: "flex",
+                fallback_reason: Some(format!(
+                    "the WebGPU adapter is a software renderer ({}), slower than the CPU \
                      backend; choose WebGPU to train on it anyway",
-                adapter_label(&adapter)
-            )),
-            adapter: Some(adapter),
-        }),
-        Ok((device, adapter)) => Ok(Acquired {
-            device,
-            backend: "webgpu",
-            adapter: Some(adapter),
-            fallback_reason: None,
-        }),
+                    adapter_label(&adapter)
+                )),
+                adapter: Some(adapter),
+            })
+        }
+        Ok((device, adapter, matmul)) => {
+            set_gpu_routine(matmul);
+            Ok(Acquired {
+                device,
+                backend: "webgpu",
+                adapter: Some(adapter),
+                fallback_reason: None,
+            })
+        }
         Err(reason) if preference == Preference::Auto => Ok(Acquired {
             device: cpu(),
             backend: "flex",

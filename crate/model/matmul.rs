@@ -1,0 +1,358 @@
+//! A matmul that names the cubecl routine it runs on the GPU.
+//!
+//! burn built without `autotune` runs every matmul on cubek's `SimpleUnit` routine (the
+//! fallback after the tensor-core routines, which no WebGPU adapter offers), and has no
+//! switch for another. Autotune would choose, but in the browser it can choose a kernel
+//! whose WGSL failed to compile (see the README). This op launches the named routine
+//! through cubek itself, forward and backward; `headroom bench matmul` measures them side
+//! by side on the adapter. CPU backends ignore the routine and run their own matmul.
+//!
+//! Measured (`headroom bench matmul`, 2026-12-03, the MLP's and the GPT's shapes): on
+//! SwiftShader, the software adapter headless Chromium offers, `Naive` (one output per
+//! invocation) took about half of `SimpleUnit`'s time on every shape; on lavapipe, and so
+//! presumably on real GPUs, `SimpleUnit` stays the fastest. So the GPU's matmuls take
+//! `Naive` on SwiftShader and burn's own routine everywhere else.
+
+// burn marks ndarray deprecated in favour of flex; natively it is a CPU backend still offered.
+#![allow(deprecated)]
+
+#[cfg(not(target_arch = "wasm32"))]
+use burn::backend::NdArray;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use burn::backend::autodiff::NodeId;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary};
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Autodiff, Backend, Cube, Dispatch, Flex, backend_extension};
+use burn::nn::Linear;
+use burn::prelude::*;
+use burn::tensor::wgpu::wgpu;
+use burn_cubecl::tensor::CubeTensor;
+use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
+use cubek::matmul::multi_level::Strategy as MultiLevel;
+use cubek::matmul::multi_level::routines::TileSizeSelection;
+use cubek::matmul::multi_level::routines::batch::double_unit::DoubleUnitSelectionArgs;
+use cubek::matmul::multi_level::routines::batch::simple_unit::SimpleUnitSelectionArgs;
+use cubek::matmul::multi_level::routines::gemm::GemmStrategy;
+use cubek::matmul::routine::BlueprintStrategy;
+use cubek::matmul::strategy::Strategy;
+use cubek::matmul::tiled::Strategy as Tiled;
+use cubek::matmul::tiled::cpu_gemm::CpuGemmStrategy;
+use cubek::std::InputBinding;
+
+/// cubek's matmul routines that need neither subgroups nor tensor cores, so any WebGPU
+/// adapter can run them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(clap::ValueEnum))]
+pub enum MatmulRoutine {
+    /// What burn runs without autotune: tensor cores where offered, else `SimpleUnit`
+    /// with the largest tiles.
+    Burn,
+    SimpleUnitMaxTile,
+    SimpleUnitMinTile,
+    DoubleUnitMaxTile,
+    DoubleUnitMinTile,
+    /// One output element per invocation.
+    Naive,
+    Gemm,
+    /// The register-blocked routine cubek tuned for its CPU runtime.
+    CpuGemm,
+}
+
+impl MatmulRoutine {
+    pub const ALL: [MatmulRoutine; 8] = [
+        MatmulRoutine::Burn,
+        MatmulRoutine::SimpleUnitMaxTile,
+        MatmulRoutine::SimpleUnitMinTile,
+        MatmulRoutine::DoubleUnitMaxTile,
+        MatmulRoutine::DoubleUnitMinTile,
+        MatmulRoutine::Naive,
+        MatmulRoutine::Gemm,
+        MatmulRoutine::CpuGemm,
+    ];
+
+    fn strategy(self) -> Strategy {
+        let simple_unit = |tile_size| {
+            Strategy::MultiLevel(MultiLevel::SimpleUnit(BlueprintStrategy::Inferred(
+                SimpleUnitSelectionArgs { tile_size },
+            )))
+        };
+        let double_unit = |tile_size| {
+            Strategy::MultiLevel(MultiLevel::DoubleUnit(BlueprintStrategy::Inferred(
+                DoubleUnitSelectionArgs { tile_size },
+            )))
+        };
+        match self {
+            MatmulRoutine::Burn => Strategy::default(),
+            MatmulRoutine::SimpleUnitMaxTile => simple_unit(TileSizeSelection::MaxTileSize),
+            MatmulRoutine::SimpleUnitMinTile => simple_unit(TileSizeSelection::MinTileSize),
+            MatmulRoutine::DoubleUnitMaxTile => double_unit(TileSizeSelection::MaxTileSize),
+            MatmulRoutine::DoubleUnitMinTile => double_unit(TileSizeSelection::MinTileSize),
+            MatmulRoutine::Naive => Strategy::MultiLevel(MultiLevel::Naive),
+            MatmulRoutine::Gemm => {
+                Strategy::MultiLevel(MultiLevel::Gemm(BlueprintStrategy::Inferred(GemmStrategy {
+                    target_num_planes: None,
+                })))
+            }
+            MatmulRoutine::CpuGemm => Strategy::Tiled(Tiled::CpuGemm(BlueprintStrategy::Inferred(
+                CpuGemmStrategy::default(),
+            ))),
+        }
+    }
+}
+
+#[backend_extension(Cube, Flex, NdArray: cfg(not(target_arch = "wasm32")), Autodiff)]
+pub trait RoutedMatmul: Backend {
+    /// `lhs @ rhs` on `routine` where the backend runs cubecl kernels; `None` where the
+    /// routine refuses the problem (its shapes, its layout, or the adapter).
+    fn matmul_on_routine(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        routine: MatmulRoutine,
+    ) -> Option<FloatTensor<Self>> {
+        let _ = routine;
+        Some(Self::float_matmul(lhs, rhs))
+    }
+}
+
+impl RoutedMatmul for Cube {
+    fn matmul_on_routine(lhs: CubeTensor, rhs: CubeTensor, routine: MatmulRoutine) -> Option<CubeTensor> {
+        let dtype = lhs.dtype;
+        let out = burn_cubecl::kernel::matmul::init_matmul_output(&lhs, &rhs, dtype);
+        let storage = burn::backend::cubecl::dtype_to_storage_type(dtype);
+        let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
+            lhs: storage,
+            rhs: storage,
+            out: storage,
+        });
+        cubek::matmul::launch::launch_ref(
+            &routine.strategy(),
+            &out.client,
+            InputBinding::new(lhs.binding(), storage),
+            InputBinding::new(rhs.binding(), storage),
+            out.clone().binding(),
+            &mut dtypes,
+        )
+        .ok()?;
+        Some(out)
+    }
+}
+impl RoutedMatmul for Flex {}
+#[cfg(not(target_arch = "wasm32"))]
+impl RoutedMatmul for NdArray {}
+
+/// `lhs @ rhs` on `routine`, or on the backend's own matmul where the routine refuses it.
+fn routed_or_own<B: RoutedMatmul>(
+    lhs: FloatTensor<B>,
+    rhs: FloatTensor<B>,
+    routine: MatmulRoutine,
+) -> FloatTensor<B> {
+    B::matmul_on_routine(lhs.clone(), rhs.clone(), routine).unwrap_or_else(|| B::float_matmul(lhs, rhs))
+}
+
+/// burn's matmul backward (it keeps the same operands, checkpointed the same way), with
+/// the two gradient products on the routine too: they are two thirds of a layer's work.
+impl<B: RoutedMatmul, C: CheckpointStrategy> RoutedMatmul for Autodiff<B, C> {
+    fn matmul_on_routine(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        routine: MatmulRoutine,
+    ) -> Option<FloatTensor<Self>> {
+        #[derive(Debug)]
+        struct RoutedMatmulBackward;
+
+        impl<B: RoutedMatmul> Backward<B, 2> for RoutedMatmulBackward {
+            type State = (Option<NodeId>, Option<NodeId>, MatmulRoutine);
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 2>,
+                grads: &mut Gradients,
+                checkpointer: &mut Checkpointer,
+            ) {
+                let (lhs, rhs, routine) = ops.state;
+                let lhs = lhs.map(|lhs| checkpointer.retrieve_node_output(lhs));
+                let rhs = rhs.map(|rhs| checkpointer.retrieve_node_output(rhs));
+                binary::<B, _, _>(
+                    ops.parents,
+                    ops.node,
+                    grads,
+                    |grad| {
+                        routed_or_own::<B>(
+                            grad,
+                            B::float_transpose(rhs.expect("kept when lhs is tracked")),
+                            routine,
+                        )
+                    },
+                    |grad| {
+                        routed_or_own::<B>(
+                            B::float_transpose(lhs.expect("kept when rhs is tracked")),
+                            grad,
+                            routine,
+                        )
+                    },
+                );
+            }
+        }
+
+        let output = B::matmul_on_routine(lhs.primitive().clone(), rhs.primitive().clone(), routine)?;
+        let (lhs_tracked, rhs_tracked) = (lhs.is_tracked(), rhs.is_tracked());
+        match RoutedMatmulBackward
+            .prepare::<C>([lhs.node(), rhs.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(mut prep) => {
+                let lhs_state = rhs_tracked.then(|| prep.checkpoint(&lhs));
+                let rhs_state = lhs_tracked.then(|| prep.checkpoint(&rhs));
+                Some(prep.finish((lhs_state, rhs_state, routine), output))
+            }
+            OpsKind::UnTracked(prep) => Some(prep.finish(output)),
+        }
+    }
+}
+
+/// `lhs @ rhs` on `routine` (see the module's docs); `None` where the routine refuses it.
+pub fn matmul_on_routine<const D: usize>(
+    lhs: Tensor<D>,
+    rhs: Tensor<D>,
+    routine: MatmulRoutine,
+) -> Option<Tensor<D>> {
+    <Dispatch as RoutedMatmul>::matmul_on_routine(lhs.into_dispatch(), rhs.into_dispatch(), routine)
+        .map(Tensor::from_dispatch)
+}
+
+/// Index into `MatmulRoutine::ALL` of the routine the GPU's matmuls take; 0 (burn's).
+static GPU_ROUTINE: AtomicUsize = AtomicUsize::new(0);
+
+/// The routine this process's (or worker's) GPU matmuls take from now on: one GPU device
+/// is acquired per process, when a run starts on it.
+pub fn set_gpu_routine(routine: MatmulRoutine) {
+    let index = MatmulRoutine::ALL.iter().position(|r| *r == routine).unwrap_or(0);
+    GPU_ROUTINE.store(index, Ordering::Relaxed);
+}
+
+pub fn gpu_routine() -> MatmulRoutine {
+    MatmulRoutine::ALL[GPU_ROUTINE.load(Ordering::Relaxed) % MatmulRoutine::ALL.len()]
+}
+
+/// `Naive` on SwiftShader (see the module's docs), burn's routine on any other adapter.
+/// In the browser the adapter's name is often withheld, so a software adapter behind the
+/// browser's WebGPU counts as SwiftShader: Chromium's is.
+pub fn routine_for_adapter(info: &wgpu::AdapterInfo) -> MatmulRoutine {
+    routine_for(&info.name, info.device_type, info.backend)
+}
+
+fn routine_for(name: &str, device_type: wgpu::DeviceType, backend: wgpu::Backend) -> MatmulRoutine {
+    let software = device_type == wgpu::DeviceType::Cpu;
+    let swiftshader = name.to_lowercase().contains("swiftshader") || backend == wgpu::Backend::BrowserWebGpu;
+    match software && swiftshader {
+        true => MatmulRoutine::Naive,
+        false => MatmulRoutine::Burn,
+    }
+}
+
+/// `x @ weight + bias` for `x` of [rows, in]: burn's `Linear::forward`, with the matmul on
+/// the GPU's routine.
+pub fn linear(layer: &Linear, x: Tensor<2>) -> Tensor<2> {
+    let routine = gpu_routine();
+    if routine == MatmulRoutine::Burn {
+        return layer.forward(x);
+    }
+    let weight = layer.weight.val();
+    let product = matmul_on_routine(x.clone(), weight.clone(), routine).unwrap_or_else(|| x.matmul(weight));
+    match &layer.bias {
+        Some(bias) => product + bias.val().unsqueeze(),
+        None => product,
+    }
+}
+
+/// `linear` for `x` of [batch, positions, in]: the positions folded into the rows.
+pub fn linear_3d(layer: &Linear, x: Tensor<3>) -> Tensor<3> {
+    if gpu_routine() == MatmulRoutine::Burn {
+        return layer.forward(x);
+    }
+    let [batch, positions, inputs] = x.dims();
+    let out = linear(layer, x.reshape([batch * positions, inputs]));
+    let [_, outputs] = out.dims();
+    out.reshape([batch, positions, outputs])
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use burn::tensor::{Distribution, Tolerance};
+
+    use super::*;
+    use crate::train::BackendKind;
+
+    /// Each routine's product and both gradients equal burn's matmul on the GPU, with a
+    /// transposed operand (a weight gradient's layout) and shapes no tile divides.
+    #[test]
+    fn routed_matmul_equals_burns_forward_and_backward_on_wgpu() {
+        let device = BackendKind::Wgpu.device().autodiff();
+        let lhs = Tensor::<2>::random([37, 50], Distribution::Normal(0.0, 1.0), &device);
+        let rhs = Tensor::<2>::random([29, 50], Distribution::Normal(0.0, 1.0), &device).transpose();
+        let weights = Tensor::<2>::random([37, 29], Distribution::Normal(0.0, 1.0), &device);
+        let run = |multiply: &dyn Fn(Tensor<2>, Tensor<2>) -> Tensor<2>| {
+            let (lhs, rhs) = (
+                lhs.clone().detach().require_grad(),
+                rhs.clone().detach().require_grad(),
+            );
+            let product = multiply(lhs.clone(), rhs.clone());
+            let grads = (product.clone() * weights.clone()).sum().backward();
+            [
+                product.inner(),
+                lhs.grad(&grads).unwrap(),
+                rhs.grad(&grads).unwrap(),
+            ]
+            .map(|t| t.into_data())
+        };
+        let burns = run(&|l, r| l.matmul(r));
+        for routine in [
+            MatmulRoutine::Naive,
+            MatmulRoutine::SimpleUnitMinTile,
+            MatmulRoutine::CpuGemm,
+        ] {
+            let ours = run(&|l, r| matmul_on_routine(l, r, routine).expect("the routine runs this problem"));
+            for (ours, burns) in ours.iter().zip(&burns) {
+                ours.assert_approx_eq::<f32>(burns, Tolerance::rel_abs(1e-4, 1e-4));
+            }
+        }
+    }
+
+    #[test]
+    fn swiftshader_gets_naive_and_other_adapters_burns_routine() {
+        use wgpu::{Backend, DeviceType};
+        let cases = [
+            (
+                "SwiftShader Device (Subzero)",
+                DeviceType::Cpu,
+                Backend::Vulkan,
+                MatmulRoutine::Naive,
+            ),
+            ("", DeviceType::Cpu, Backend::BrowserWebGpu, MatmulRoutine::Naive),
+            (
+                "llvmpipe (LLVM 15.0.6, 256 bits)",
+                DeviceType::Cpu,
+                Backend::Vulkan,
+                MatmulRoutine::Burn,
+            ),
+            (
+                "",
+                DeviceType::DiscreteGpu,
+                Backend::BrowserWebGpu,
+                MatmulRoutine::Burn,
+            ),
+        ];
+        for (name, device_type, backend, expected) in cases {
+            assert_eq!(
+                routine_for(name, device_type, backend),
+                expected,
+                "{name} {device_type:?} {backend:?}"
+            );
+        }
+    }
+}
