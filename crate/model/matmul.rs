@@ -9,9 +9,11 @@
 //!
 //! Measured (`headroom bench matmul`, 2026-12-03, the MLP's and the GPT's shapes): on
 //! SwiftShader, the software adapter headless Chromium offers, `Naive` (one output per
-//! invocation) took about half of `SimpleUnit`'s time on every shape; on lavapipe, and so
-//! presumably on real GPUs, `SimpleUnit` stays the fastest. So the GPU's matmuls take
-//! `Naive` on SwiftShader and burn's own routine everywhere else.
+//! invocation) and `CpuGemm` took about half of `SimpleUnit`'s time on every shape; on
+//! lavapipe `SimpleUnit` stays the fastest. `Naive` copies any operand not laid out as it
+//! reads (a weight gradient's transposed input: +8 MiB reserved on a batch of 2048), where
+//! `CpuGemm` reads transposed operands in place and reserves what burn's routine does. So
+//! the GPU's matmuls take `CpuGemm` on SwiftShader and burn's own routine elsewhere.
 
 // burn marks ndarray deprecated in favour of flex; natively it is a CPU backend still offered.
 #![allow(deprecated)]
@@ -239,7 +241,7 @@ pub fn gpu_routine() -> MatmulRoutine {
     MatmulRoutine::ALL[GPU_ROUTINE.load(Ordering::Relaxed) % MatmulRoutine::ALL.len()]
 }
 
-/// `Naive` on SwiftShader (see the module's docs), burn's routine on any other adapter.
+/// `CpuGemm` on SwiftShader (see the module's docs), burn's routine on any other adapter.
 /// In the browser the adapter's name is often withheld, so a software adapter behind the
 /// browser's WebGPU counts as SwiftShader: Chromium's is.
 pub fn routine_for_adapter(info: &wgpu::AdapterInfo) -> MatmulRoutine {
@@ -250,7 +252,7 @@ fn routine_for(name: &str, device_type: wgpu::DeviceType, backend: wgpu::Backend
     let software = device_type == wgpu::DeviceType::Cpu;
     let swiftshader = name.to_lowercase().contains("swiftshader") || backend == wgpu::Backend::BrowserWebGpu;
     match software && swiftshader {
-        true => MatmulRoutine::Naive,
+        true => MatmulRoutine::CpuGemm,
         false => MatmulRoutine::Burn,
     }
 }
@@ -324,16 +326,21 @@ mod tests {
     }
 
     #[test]
-    fn swiftshader_gets_naive_and_other_adapters_burns_routine() {
+    fn swiftshader_gets_cpu_gemm_and_other_adapters_burns_routine() {
         use wgpu::{Backend, DeviceType};
         let cases = [
             (
                 "SwiftShader Device (Subzero)",
                 DeviceType::Cpu,
                 Backend::Vulkan,
-                MatmulRoutine::Naive,
+                MatmulRoutine::CpuGemm,
             ),
-            ("", DeviceType::Cpu, Backend::BrowserWebGpu, MatmulRoutine::Naive),
+            (
+                "",
+                DeviceType::Cpu,
+                Backend::BrowserWebGpu,
+                MatmulRoutine::CpuGemm,
+            ),
             (
                 "llvmpipe (LLVM 15.0.6, 256 bits)",
                 DeviceType::Cpu,

@@ -83,7 +83,8 @@ fn wgpu_device() -> Device {
     DEVICE
         .get_or_init(|| match Device::wgpu_options().init_with_setup() {
             Ok((device, setup)) => {
-                set_gpu_routine(routine_for_adapter(&setup.adapter.get_info()));
+                let chosen = routine_for_adapter(&setup.adapter.get_info());
+                set_gpu_routine(routine_from_env().unwrap_or(chosen));
                 device
             }
             // Initialized already (a test's own device), or no adapter: burn's device, which
@@ -91,4 +92,19 @@ fn wgpu_device() -> Device {
             Err(_) => Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
         })
         .clone()
+}
+
+/// `HEADROOM_GPU_MATMUL=<routine>` (as `headroom bench matmul --routines` names them)
+/// overrides the routine chosen for the adapter: to measure one against another.
+#[cfg(not(target_arch = "wasm32"))]
+fn routine_from_env() -> Option<crate::model::matmul::MatmulRoutine> {
+    use clap::ValueEnum;
+    let name = std::env::var("HEADROOM_GPU_MATMUL").ok()?;
+    match crate::model::matmul::MatmulRoutine::from_str(&name, true) {
+        Ok(routine) => Some(routine),
+        Err(_) => {
+            eprintln!("warning: HEADROOM_GPU_MATMUL={name} names no routine; the adapter's is used");
+            None
+        }
+    }
 }
