@@ -22,6 +22,7 @@
 use burn::backend::NdArray;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use burn::backend::DType;
 use burn::backend::autodiff::NodeId;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -123,6 +124,11 @@ pub trait RoutedMatmul: Backend {
 impl RoutedMatmul for Cube {
     fn matmul_on_routine(lhs: CubeTensor, rhs: CubeTensor, routine: MatmulRoutine) -> Option<CubeTensor> {
         let dtype = lhs.dtype;
+        // Plain floats of one type only: a quantized operand needs burn's dequantizing path.
+        let plain_float = matches!(dtype, DType::F32 | DType::F16 | DType::BF16);
+        if !plain_float || rhs.dtype != dtype || lhs.qparams.is_some() || rhs.qparams.is_some() {
+            return None;
+        }
         let out = burn_cubecl::kernel::matmul::init_matmul_output(&lhs, &rhs, dtype);
         let storage = burn::backend::cubecl::dtype_to_storage_type(dtype);
         let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
