@@ -2,15 +2,19 @@
 // (what the page lists: the settings, the step, the curves so far). The worker saves and
 // loads; the page lists and deletes.
 //
-// Kept in the Origin Private File System, as runs/ID/run.bin and runs/ID/meta.json, each
-// written under a temporary name and renamed into place, so a crash while saving leaves
-// the previous checkpoint whole. Where a browser has no OPFS, in IndexedDB, one record a
+// Kept in the Origin Private File System, as runs/ID/run-GENERATION.bin and
+// runs/ID/meta.json, each written under a temporary name and renamed into place. A save
+// writes its checkpoint under a new name, then the meta that names it, then removes the
+// older checkpoints: a reload or crash at any point leaves a meta and the checkpoint it
+// names, of the same step (one fixed run.bin, rewritten before the meta, once paired a
+// step-12 checkpoint with a step-8 meta's curves). Where a browser has no OPFS, in IndexedDB, one record a
 // run, replaced in one transaction (as whole). `?store=indexeddb` on the page's address
 // picks IndexedDB anyway (the tests use it).
 import { ErrorKind } from "./protocol.js";
 
 const ROOT = "runs";
-const RUN_FILE = "run.bin";
+// Where runs saved before checkpoints had generations keep theirs.
+const LEGACY_RUN_FILE = "run.bin";
 const META_FILE = "meta.json";
 const DATABASE = "headroom";
 
@@ -59,8 +63,13 @@ const opfs = {
 
   async save(meta, bytes) {
     const folder = await (await this.folder()).getDirectoryHandle(meta.id, { create: true });
-    await this.writeAtomically(folder, RUN_FILE, bytes);
-    await this.writeAtomically(folder, META_FILE, JSON.stringify(meta));
+    const runFile = `run-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}.bin`;
+    await this.writeAtomically(folder, runFile, bytes);
+    await this.writeAtomically(folder, META_FILE, JSON.stringify({ ...meta, run_file: runFile }));
+    // The older checkpoints, now named by no meta; one left by a crash here goes next time.
+    const older = [];
+    for await (const name of folder.keys()) if (name !== runFile && /^run.*\.bin$/.test(name)) older.push(name);
+    for (const name of older) await folder.removeEntry(name).catch(() => {});
   },
 
   async list() {
@@ -69,7 +78,8 @@ const opfs = {
       if (handle.kind !== "directory") continue;
       try {
         const file = await (await handle.getFileHandle(META_FILE)).getFile();
-        runs.push({ ...JSON.parse(await file.text()), id });
+        const { run_file: _runFile, ...meta } = JSON.parse(await file.text());
+        runs.push({ ...meta, id });
       } catch {
         // A run whose first save never finished has no meta: nothing to resume.
       }
@@ -80,8 +90,8 @@ const opfs = {
   async load(id) {
     const folder = await (await this.folder()).getDirectoryHandle(id);
     const read = async (name) => (await folder.getFileHandle(name)).getFile();
-    const meta = JSON.parse(await (await read(META_FILE)).text());
-    const bytes = new Uint8Array(await (await read(RUN_FILE)).arrayBuffer());
+    const { run_file: runFile = LEGACY_RUN_FILE, ...meta } = JSON.parse(await (await read(META_FILE)).text());
+    const bytes = new Uint8Array(await (await read(runFile)).arrayBuffer());
     return { meta: { ...meta, id }, bytes };
   },
 
