@@ -11,6 +11,8 @@ use burn::prelude::*;
 use burn::tensor::module::conv2d;
 use burn::tensor::ops::{ConvOptions, PadMode};
 
+use super::matmul::matmul;
+
 #[derive(Module, Debug)]
 pub struct Conv3x3 {
     /// [out_channels, in_channels, 3, 3], as burn's Conv2d lays it out.
@@ -72,8 +74,8 @@ impl Conv3x3 {
         // long sum that came out wrong on wgpu (the 4x64 vs 1x256 accumulation test).
         // In the patches' dtype, which is the bias's too (half under f16).
         let ones = Tensor::ones([1, pixels], (&patches.device(), patches.dtype()));
-        let bias = self.bias.val().reshape([out_channels, 1]).matmul(ones);
-        (kernel.matmul(patches) + bias.unsqueeze::<3>()).reshape([batch, out_channels, height, width])
+        let bias = matmul(self.bias.val().reshape([out_channels, 1]), ones);
+        (matmul(kernel, patches) + bias.unsqueeze::<3>()).reshape([batch, out_channels, height, width])
     }
 }
 

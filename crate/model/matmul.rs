@@ -289,6 +289,32 @@ pub fn linear_3d(layer: &Linear, x: Tensor<3>) -> Tensor<3> {
     out.reshape([batch, positions, outputs])
 }
 
+/// `lhs @ rhs` on the GPU's routine (`matmul_with`).
+pub fn matmul<const D: usize>(lhs: Tensor<D>, rhs: Tensor<D>) -> Tensor<D> {
+    matmul_with(lhs, rhs, gpu_routine())
+}
+
+/// `lhs @ rhs` on `routine`, a batch dim of 1 broadcast as in burn's matmul (as an expanded
+/// view: the expand's backward sums its gradient back); burn's matmul where the routine is
+/// burn's or refuses.
+fn matmul_with<const D: usize>(lhs: Tensor<D>, rhs: Tensor<D>, routine: MatmulRoutine) -> Tensor<D> {
+    if routine == MatmulRoutine::Burn {
+        return lhs.matmul(rhs);
+    }
+    let (mut lhs_dims, mut rhs_dims) = (lhs.dims(), rhs.dims());
+    for dim in 0..D.saturating_sub(2) {
+        match (lhs_dims[dim], rhs_dims[dim]) {
+            (a, b) if a == b => {}
+            (1, b) => lhs_dims[dim] = b,
+            (a, 1) => rhs_dims[dim] = a,
+            // Not broadcastable: burn's matmul says so.
+            _ => return lhs.matmul(rhs),
+        }
+    }
+    let (lhs, rhs) = (lhs.expand(lhs_dims), rhs.expand(rhs_dims));
+    matmul_on_routine(lhs.clone(), rhs.clone(), routine).unwrap_or_else(|| lhs.matmul(rhs))
+}
+
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use burn::tensor::{Distribution, Tolerance};
@@ -328,6 +354,35 @@ mod tests {
             for (ours, burns) in ours.iter().zip(&burns) {
                 ours.assert_approx_eq::<f32>(burns, Tolerance::rel_abs(1e-4, 1e-4));
             }
+        }
+    }
+
+    /// The im2col conv's product: a kernel of batch 1 against every image's patches gives
+    /// burn's broadcast matmul, its values and both gradients (the kernel's summed over
+    /// the batch).
+    #[test]
+    fn a_broadcast_batch_gives_burns_product_and_gradients() {
+        let device = BackendKind::Wgpu.device().autodiff();
+        let kernel = Tensor::<3>::random([1, 6, 18], Distribution::Normal(0.0, 1.0), &device);
+        let patches = Tensor::<3>::random([5, 18, 49], Distribution::Normal(0.0, 1.0), &device);
+        let weights = Tensor::<3>::random([5, 6, 49], Distribution::Normal(0.0, 1.0), &device);
+        let run = |routine| {
+            let (kernel, patches) = (
+                kernel.clone().detach().require_grad(),
+                patches.clone().detach().require_grad(),
+            );
+            let product = matmul_with(kernel.clone(), patches.clone(), routine);
+            let grads = (product.clone() * weights.clone()).sum().backward();
+            [
+                product.inner(),
+                kernel.grad(&grads).unwrap(),
+                patches.grad(&grads).unwrap(),
+            ]
+            .map(|t| t.into_data())
+        };
+        let burns = run(MatmulRoutine::Burn);
+        for (ours, burns) in run(MatmulRoutine::CpuGemm).iter().zip(&burns) {
+            ours.assert_approx_eq::<f32>(burns, Tolerance::rel_abs(1e-4, 1e-4));
         }
     }
 
