@@ -5,6 +5,7 @@
 use clap::Args;
 use web_time::Instant;
 
+use super::bench_train::median;
 use crate::model::matmul::{MatmulRoutine, matmul_on_routine};
 use crate::train::BackendKind;
 use burn::prelude::*;
@@ -132,16 +133,16 @@ fn bench_shape(
         }
     }
     let flops = 2.0 * (shape.m * shape.k * shape.n) as f64;
-    for (routine, mut samples) in timed {
-        samples.sort_by(f64::total_cmp);
-        let median = samples[samples.len() / 2];
+    for (routine, samples) in timed {
+        let (fastest, slowest) = samples
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), &ms| (lo.min(ms), hi.max(ms)));
+        let median = median(samples);
         println!(
-            "  {:<26} {:<18} {:>8.3} ms ({:.3}-{:.3})  {:>6.2} GFLOP/s",
+            "  {:<26} {:<18} {:>8.3} ms ({fastest:.3}-{slowest:.3})  {:>6.2} GFLOP/s",
             shape.name,
             format!("{routine:?}"),
             median,
-            samples[0],
-            samples[samples.len() - 1],
             flops / median / 1e6
         );
     }

@@ -270,8 +270,7 @@ pub fn linear(layer: &Linear, x: Tensor<2>) -> Tensor<2> {
     if routine == MatmulRoutine::Burn {
         return layer.forward(x);
     }
-    let weight = layer.weight.val();
-    let product = matmul_on_routine(x.clone(), weight.clone(), routine).unwrap_or_else(|| x.matmul(weight));
+    let product = matmul_with(x, layer.weight.val(), routine);
     match &layer.bias {
         Some(bias) => product + bias.val().unsqueeze(),
         None => product,
