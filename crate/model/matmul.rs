@@ -385,6 +385,41 @@ mod tests {
         }
     }
 
+    /// The backward products and the broadcast product fall back to burn's matmul where
+    /// the routine refuses, so a refusal would pass the tests above unseen: each layout they
+    /// hand the routine (transposed views, a stride-0 batch) must run on it, with burn's values.
+    #[test]
+    fn the_routine_runs_every_layout_the_backward_and_the_broadcast_give_it() {
+        let device = BackendKind::Wgpu.device();
+        let normal = |dims: [usize; 3]| Tensor::<3>::random(dims, Distribution::Normal(0.0, 1.0), &device);
+        let (lhs, weight) = (normal([1, 37, 50]), normal([1, 29, 50]).transpose());
+        let grad = normal([1, 37, 29]);
+        let kernel = normal([1, 6, 18]).expand([5, 6, 18]);
+        let (patches, conv_grad) = (normal([5, 18, 49]), normal([5, 6, 49]));
+        let layouts = [
+            ("forward, transposed weight", lhs.clone(), weight.clone()),
+            ("lhs gradient", grad.clone(), weight.transpose()),
+            ("weight gradient", lhs.transpose(), grad),
+            ("broadcast kernel", kernel.clone(), patches.clone()),
+            (
+                "broadcast kernel's gradient",
+                conv_grad.clone(),
+                patches.transpose(),
+            ),
+            ("patches' gradient", kernel.transpose(), conv_grad),
+        ];
+        for routine in [MatmulRoutine::SimpleUnitMinTile, MatmulRoutine::CpuGemm] {
+            for (layout, lhs, rhs) in &layouts {
+                let ours = matmul_on_routine(lhs.clone(), rhs.clone(), routine)
+                    .unwrap_or_else(|| panic!("{routine:?} refused the {layout} layout"));
+                ours.into_data().assert_approx_eq::<f32>(
+                    &lhs.clone().matmul(rhs.clone()).into_data(),
+                    Tolerance::rel_abs(1e-4, 1e-4),
+                );
+            }
+        }
+    }
+
     #[test]
     fn swiftshader_gets_cpu_gemm_and_other_adapters_burns_routine() {
         use wgpu::{Backend, DeviceType};
