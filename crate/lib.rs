@@ -3,6 +3,11 @@
 //! The library is target-agnostic; `platform` holds the few places where wasm32 and
 //! native differ (spawning, sleeping, fetching bytes).
 
+// In the browser autotune can keep a kernel whose WGSL failed to compile: the launch looks
+// successful and the error is logged later (README, "Autotune").
+#[cfg(all(target_arch = "wasm32", feature = "autotune"))]
+compile_error!("the `autotune` feature is native only: build the wasm module without it");
+
 pub mod data;
 #[cfg(feature = "train")]
 pub mod memory;
