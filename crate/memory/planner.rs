@@ -306,7 +306,15 @@ pub fn predict(
     // Transients: backward through the widest layer (the model's own factor of it), and the
     // update's temporaries of the largest parameter. The factors were fitted against
     // lavapipe over `headroom bench plan`'s configurations.
-    let widest = saved_activations.iter().copied().max().unwrap_or(0) as u64;
+    // A segment's widest backward build (a conv's patches) is alive with that segment's
+    // activations: all of them without checkpointing, only its own recomputed ones with it.
+    let backward_width = if checkpointing { 0 } else { census.backward_width };
+    let widest = saved_activations
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(backward_width) as u64;
     let largest_parameter = census.parameters.iter().copied().max().unwrap_or(0) as u64;
     let backward = (census.backward_transients * (micro * widest * store) as f64) as u64;
     let workspace = add(&mut live, backward) + add(&mut live, largest_parameter * 4 / 2);
@@ -339,7 +347,7 @@ pub fn predict(
 /// that peak for one extra segment forward each. An input is dropped only where the
 /// census says the peak falls, counting up from the first segment, and never two in a
 /// row (each is recomputed from a kept one, at most one segment away). Where the peak is
-/// set by a segment's own activations (a CNN block's im2col patches), nothing is dropped
+/// set by a segment's own activations (a CNN block's ReLU output), nothing is dropped
 /// and checkpointing costs no extra forward.
 pub fn recomputed_inputs(segments: &[Segment]) -> u64 {
     let peak = |dropped: u64| {

@@ -81,30 +81,33 @@ impl Cnn {
 
 pub(super) fn census(input: &InputShape, channels: &[usize]) -> super::TensorCensus {
     let mut census = super::TensorCensus {
-        // About the gradient of its patches. Swept over all 14 CNN settings of `headroom
-        // bench plan` (fitted, held-out and fresh), so none of them is unseen here. Refitted
-        // when the ReLU's backward stopped building its mask (2026-12-02): from 0.9 to 1.0
-        // each predicts 13 of the 14 within 0.8% and none under, the 14th (10,20 at batch
-        // 200) a page over (+28.1%); 0.875 is under on two by 22-25%, 1.02 on two by
-        // 17-19%: the census sits on the edges of 8-15 MiB pages.
-        backward_transients: 0.95,
+        // About the patch matrix burn's conv2d builds for its weight gradient
+        // (`backward_width`; the planner leaves it out under checkpointing). Refitted when
+        // the GPU's conv became burn's (2026-12-03) on the 15 CNN settings of `headroom
+        // bench plan` and the comparison's: at 0.88, 12 within 6%, the 8,16 channels a page
+        // over (+28%), checkpointing at batch 96 and 128 a page under (-25%). At 0.6 and
+        // 0.8 more fell under by 10-25%; at 0.95, with the patches counted under
+        // checkpointing too, none under but checkpointing over by up to 33%. The census
+        // sits on the edges of 2-8 MiB pages.
+        backward_transients: 0.88,
         ..super::TensorCensus::default()
     };
     let (mut height, mut width, mut in_channels) = (input.height, input.width, 1);
     for &out in channels {
         census.parameters.extend([in_channels * out * 9, out]);
         let pixels = height * width;
-        // The matmul keeps its im2col patches (nine shifted windows of the input); the
-        // pool keeps its input (the ReLU output, which is all the ReLU keeps) and its
-        // argmax indices.
-        let patches = in_channels * 9 * pixels;
+        // burn's conv2d keeps its input (the segment's); the pool keeps its input (the
+        // ReLU output, which is all the ReLU keeps) and its argmax indices. ndarray's
+        // im2col (crate/model/conv.rs) keeps nine windows of the input besides: not
+        // counted, as the census is the GPU's and the probe steps calibrate the rest.
         let conv_out = out * pixels;
+        census.backward_width = census.backward_width.max(in_channels * 9 * pixels);
         height /= 2;
         width /= 2;
         let pooled = out * height * width;
         census.segments.push(Segment {
             input: in_channels * pixels,
-            saved: vec![patches, conv_out, pooled],
+            saved: vec![conv_out, pooled],
             output: pooled,
         });
         in_channels = out;

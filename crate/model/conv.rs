@@ -1,10 +1,8 @@
-//! conv3x3 with stride 1 and same padding. On flex it is burn's own conv2d, whose backward
-//! is flex's im2col-and-gemm `conv_transpose2d`. Elsewhere it is computed here as nine
-//! shifted windows of the padded input and one matmul per image (im2col): every op it
-//! uses has a vectorized backward on every backend, where burn-ndarray's own conv2d
-//! backward computes the input gradient with a scalar `conv_transpose2d` loop that took
-//! ~90% of a CNN step (25-33 samples/s on 2 cores), and the planner's census counts what
-//! it keeps on the GPU.
+//! conv3x3 with stride 1 and same padding: burn's own conv2d (on flex its backward is
+//! flex's im2col-and-gemm `conv_transpose2d`), except on ndarray, where it is computed
+//! here as nine shifted windows of the padded input and one matmul per image (im2col):
+//! burn-ndarray's own conv2d backward computes the input gradient with a scalar
+//! `conv_transpose2d` loop that took ~90% of a CNN step (25-33 samples/s on 2 cores).
 
 use burn::module::Param;
 use burn::prelude::*;
@@ -46,6 +44,38 @@ impl Conv3x3 {
                 ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
             );
         }
+        #[allow(deprecated)]
+        let im2col = x.device() == Device::ndarray();
+        let [batch, _, height, width] = x.dims();
+        let [out_channels, ..] = self.weight.dims();
+        // On the GPU, burn's conv2d (release builds, 2026-12-03, CNN 8,16 ch, batch 64, 3
+        // interleaved rounds): lavapipe 279 -> 809 samples/s, SwiftShader 213 -> 331, peak
+        // reserved 23.1 -> 14.1 MiB, as it keeps its input instead of nine windows of it.
+        let product = match im2col {
+            true => self.im2col_product(x),
+            false => conv2d(
+                x,
+                self.weight.val(),
+                None,
+                ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
+            )
+            .reshape([batch, out_channels, height * width]),
+        };
+        // The bias spread over the pixels by a matmul with a row of ones, so that its
+        // gradient is a matmul over the pixels (and a sum over the batch, as in a linear
+        // layer): as a broadcast add over every pixel of the batch, its gradient was one
+        // long sum that came out wrong on wgpu (the 4x64 vs 1x256 accumulation test).
+        // In the product's dtype, which is the bias's too (half under f16).
+        let ones = Tensor::ones([1, height * width], (&product.device(), product.dtype()));
+        let bias = matmul(self.bias.val().reshape([out_channels, 1]), ones);
+        (product + bias.unsqueeze::<3>()).reshape([batch, out_channels, height, width])
+    }
+
+    /// [batch, in, h, w] -> [batch, out, h * w] without the bias: nine shifted windows of the
+    /// padded input and one matmul per image. ndarray's own conv2d computes its input
+    /// gradient with a scalar `conv_transpose2d` loop (~90% of a CNN step); every op here
+    /// has a vectorized backward there.
+    fn im2col_product(&self, x: Tensor<4>) -> Tensor<3> {
         let [batch, in_channels, height, width] = x.dims();
         let [out_channels, ..] = self.weight.dims();
         let padded = x.pad((1, 1, 1, 1), PadMode::Constant(0.0));
@@ -59,23 +89,14 @@ impl Conv3x3 {
             .collect();
         // Per image, the windows stacked are already its patch matrix, [(ky, kx, in),
         // pixel], and the kernel times it is the output, channels first: one copy of the
-        // patches (the stack) and none of the output, where one patch row per pixel needed
-        // three (stack, permute, a column of ones) and a permute of the output.
-        let pixels = height * width;
-        let patches = Tensor::stack::<5>(windows, 1).reshape([batch, 9 * in_channels, pixels]);
+        // patches (the stack) and none of the output.
+        let patches = Tensor::stack::<5>(windows, 1).reshape([batch, 9 * in_channels, height * width]);
         let kernel = self
             .weight
             .val()
             .permute([0, 2, 3, 1])
             .reshape([1, out_channels, 9 * in_channels]);
-        // The bias spread over the pixels by a matmul with a row of ones, so that its
-        // gradient is a matmul over the pixels (and a sum over the batch, as in a linear
-        // layer): as a broadcast add over every pixel of the batch, its gradient was one
-        // long sum that came out wrong on wgpu (the 4x64 vs 1x256 accumulation test).
-        // In the patches' dtype, which is the bias's too (half under f16).
-        let ones = Tensor::ones([1, pixels], (&patches.device(), patches.dtype()));
-        let bias = matmul(self.bias.val().reshape([out_channels, 1]), ones);
-        (matmul(kernel, patches) + bias.unsqueeze::<3>()).reshape([batch, out_channels, height, width])
+        matmul(kernel, patches)
     }
 }
 

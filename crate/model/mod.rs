@@ -233,6 +233,10 @@ pub struct TensorCensus {
     /// the storage precision. Fitted per model on lavapipe over `headroom bench plan`'s
     /// settings (each model's census says on which).
     pub backward_transients: f64,
+    /// Elements per sample of the widest tensor backward builds that no segment saves (a
+    /// conv's patch matrix for its weight gradient), where it is wider than every saved
+    /// activation; `backward_transients` counts in it then.
+    pub backward_width: usize,
 }
 
 /// One segment's activations, in elements per sample.
