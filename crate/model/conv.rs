@@ -44,8 +44,12 @@ impl Conv3x3 {
                 ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
             );
         }
+        // ndarray is native only.
+        #[cfg(not(target_arch = "wasm32"))]
         #[allow(deprecated)]
         let im2col = x.device() == Device::ndarray();
+        #[cfg(target_arch = "wasm32")]
+        let im2col = false;
         let [batch, _, height, width] = x.dims();
         let [out_channels, ..] = self.weight.dims();
         // On the GPU, burn's conv2d (release builds, 2026-12-03, CNN 8,16 ch, batch 64, 3
