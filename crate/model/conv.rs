@@ -11,6 +11,11 @@ use burn::tensor::ops::{ConvOptions, PadMode};
 
 use super::matmul::matmul;
 
+/// A 3x3 window, stride 1, padded by 1: the output keeps the input's height and width.
+fn same_padding() -> ConvOptions<2> {
+    ConvOptions::new([1, 1], [1, 1], [1, 1], 1)
+}
+
 #[derive(Module, Debug)]
 pub struct Conv3x3 {
     /// [out_channels, in_channels, 3, 3], as burn's Conv2d lays it out.
@@ -37,12 +42,7 @@ impl Conv3x3 {
         // 2026-12-02): flex ran burn's conv2d at 5,160 samples/s and this im2col at 3,887;
         // ndarray ran burn's at 356 and this one at 2,012.
         if x.device() == Device::flex() {
-            return conv2d(
-                x,
-                self.weight.val(),
-                Some(self.bias.val()),
-                ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
-            );
+            return conv2d(x, self.weight.val(), Some(self.bias.val()), same_padding());
         }
         // ndarray is native only.
         #[cfg(not(target_arch = "wasm32"))]
@@ -57,13 +57,11 @@ impl Conv3x3 {
         // reserved 23.1 -> 14.1 MiB, as it keeps its input instead of nine windows of it.
         let product = match im2col {
             true => self.im2col_product(x),
-            false => conv2d(
-                x,
-                self.weight.val(),
-                None,
-                ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
-            )
-            .reshape([batch, out_channels, height * width]),
+            false => conv2d(x, self.weight.val(), None, same_padding()).reshape([
+                batch,
+                out_channels,
+                height * width,
+            ]),
         };
         // The bias spread over the pixels by a matmul with a row of ones, so that its
         // gradient is a matmul over the pixels (and a sum over the batch, as in a linear
@@ -93,14 +91,15 @@ impl Conv3x3 {
             .collect();
         // Per image, the windows stacked are already its patch matrix, [(ky, kx, in),
         // pixel], and the kernel times it is the output, channels first: one copy of the
-        // patches (the stack) and none of the output.
+        // patches (the stack) and none of the output. burn's broadcast matmul: ndarray takes
+        // no GPU routine.
         let patches = Tensor::stack::<5>(windows, 1).reshape([batch, 9 * in_channels, height * width]);
         let kernel = self
             .weight
             .val()
             .permute([0, 2, 3, 1])
             .reshape([1, out_channels, 9 * in_channels]);
-        matmul(kernel, patches)
+        kernel.matmul(patches)
     }
 }
 
@@ -121,12 +120,7 @@ mod tests {
         };
         let x = Tensor::<4>::random([2, 3, 7, 6], Distribution::Default, &device);
         let ours = conv.forward(x.clone());
-        let reference = conv2d(
-            x,
-            conv.weight.val(),
-            Some(conv.bias.val()),
-            ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
-        );
+        let reference = conv2d(x, conv.weight.val(), Some(conv.bias.val()), same_padding());
         ours.into_data()
             .assert_approx_eq::<f32>(&reference.into_data(), Tolerance::rel_abs(1e-5, 1e-5));
     }
