@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from builds import CASES
+from native import case_flags
 
 UNITS = {"ns": 1e-9, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
 LINE = re.compile(r"\|\s*([\d.]+)(ns|µs|ms|s)\s*\|\s*(.*)")
@@ -36,10 +37,8 @@ def profile(build, case, data, steps):
         # cubecl reads cubecl.toml from the working directory.
         (Path(work) / "cubecl.toml").write_text(
             f'[profiling.logger]\nlevel = "basic"\nfile = "{log}"\nappend = false\n')
-        layers_flag = "--hidden" if case["model"] == "mlp" else "--channels"
         subprocess.run([str(Path(build).resolve()), "train", "--data", str(Path(data).resolve()),
-                        "--backend", "wgpu", "--model", case["model"], layers_flag, case["layers"],
-                        "--effective-batch", str(case["batch"]), "--steps", str(steps)],
+                        "--backend", "wgpu", *case_flags(case), "--steps", str(steps)],
                        cwd=work, check=True, stdout=subprocess.DEVNULL)
         launches = []
         for line in log.read_text().splitlines():

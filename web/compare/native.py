@@ -25,14 +25,18 @@ def run_process(command):
         return out.read().decode(), usage.ru_maxrss * 1024
 
 
+def case_flags(case):
+    """`headroom train`'s flags for a comparison case: its model, layers and batch."""
+    layers_flag = "--hidden" if case["model"] == "mlp" else "--channels"
+    return ["--model", case["model"], layers_flag, case["layers"],
+            "--effective-batch", str(case["batch"]), "--micro-batch", str(case["batch"])]
+
+
 def headroom(args, case, backend):
     with tempfile.TemporaryDirectory() as folder:
         metrics = Path(folder) / "run.jsonl"
-        layers_flag = "--hidden" if case["model"] == "mlp" else "--channels"
         _, rss = run_process([
-            args.headroom, "train", "--data", args.data, "--backend", backend,
-            "--model", case["model"], layers_flag, case["layers"],
-            "--effective-batch", str(case["batch"]), "--micro-batch", str(case["batch"]),
+            args.headroom, "train", "--data", args.data, "--backend", backend, *case_flags(case),
             "--steps", str(args.steps), "--lr", str(args.lr), "--final-lr-fraction", "1",
             "--no-shuffle", "--eval-samples", str(args.eval_samples), "--metrics", str(metrics),
         ])
