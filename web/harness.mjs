@@ -21,7 +21,11 @@ export const CHROMIUM_ARGS = [
 /// Serves static/ and web/ (or `root` alone: a site web/build-site built) on a free port;
 /// resolves to { url, stop }.
 export function serve(binary = process.env.HEADROOM_BIN ?? join(repo, "target", "debug", "headroom"), root = null) {
-  const folders = root == null ? ["--root", "static", "--web", "web"] : ["--root", root];
+  return serveFolders(binary, root == null ? ["--root", "static", "--web", "web"] : ["--root", root]);
+}
+
+/// `headroom serve` with these folder flags (`--root DIR [--web DIR]`); resolves to { url, stop }.
+export function serveFolders(binary, folders) {
   const server = spawn(binary, ["serve", "--addr", "127.0.0.1:0", ...folders], { cwd: repo });
   return new Promise((resolve, reject) => {
     server.on("error", reject);

@@ -1,0 +1,86 @@
+// Two or more builds of the wasm module side by side in Chromium, on one case of the
+// comparison (web/compare): how a change to the module (wasm-opt's level, a commit) moves
+// Headroom's step. Each module is served from its own root with static/data, interleaved
+// (every module once per round, a fresh browser each time) so a noisy minute burdens all.
+//   HEADROOM_BIN=target/release/headroom node web/compare/modules.mjs \
+//     --modules oz=/tmp/oz.wasm,o3=static/pkg/headroom_bg.wasm [--backend cpu|webgpu] \
+//     [--rounds 3] [--steps 200] [--skip 50]
+// A module is a .wasm file (served with static/pkg's JS glue, so it must come from the same
+// crate surface) or a folder holding wasm-bindgen's headroom.js and headroom_bg.wasm.
+// --skip: the steps left out of the median; on the CPU V8 runs the first ~35 on Liftoff's
+// baseline code (web/compare/wasm-tiering.mjs), on WebGPU the first compiles the shaders.
+import { copyFileSync, mkdtempSync, rmSync, statSync, symlinkSync, mkdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { launchChromium, median, repo, runCompareCase, serveFolders } from "../harness.mjs";
+
+const { values: options } = parseArgs({
+  options: {
+    modules: { type: "string" },
+    backend: { type: "string", default: "cpu" },
+    rounds: { type: "string", default: "3" },
+    steps: { type: "string", default: "200" },
+    skip: { type: "string" },
+  },
+});
+const BATCH = 256;
+const ROUNDS = Number(options.rounds);
+const STEPS = Number(options.steps);
+const SKIP = Number(options.skip ?? (options.backend === "cpu" ? 50 : 3));
+const modules = (options.modules ?? "").split(",").filter(Boolean).map((entry) => {
+  const [name, path] = entry.split("=");
+  if (!name || !path) throw new Error(`--modules takes name=path pairs, got "${entry}"`);
+  return { name, path: resolve(path) };
+});
+if (modules.length < 1 || !["cpu", "webgpu"].includes(options.backend) || !(STEPS > SKIP) || !(ROUNDS >= 1)) {
+  throw new Error("need --modules name=path[,...], --backend cpu|webgpu, --steps > --skip and --rounds >= 1");
+}
+
+/// A served root per module: pkg/ with the glue and the module, data/ linked to static/data.
+function rootFor(module, parent) {
+  const root = join(parent, module.name);
+  const pkg = join(root, "pkg");
+  mkdirSync(pkg, { recursive: true });
+  const folder = statSync(module.path).isDirectory();
+  const glue = folder ? module.path : join(repo, "static", "pkg");
+  copyFileSync(join(glue, "headroom.js"), join(pkg, "headroom.js"));
+  copyFileSync(folder ? join(module.path, "headroom_bg.wasm") : module.path, join(pkg, "headroom_bg.wasm"));
+  symlinkSync(join(repo, "static", "data"), join(root, "data"));
+  return root;
+}
+
+const parent = mkdtempSync(join(tmpdir(), "headroom-modules-"));
+const results = new Map(modules.map((m) => [m.name, []]));
+try {
+  const binary = process.env.HEADROOM_BIN ?? join(repo, "target", "debug", "headroom");
+  const servers = new Map();
+  for (const m of modules) servers.set(m.name, await serveFolders(binary, ["--root", rootFor(m, parent), "--web", join(repo, "web")]));
+  try {
+    for (let round = 1; round <= ROUNDS; round++) {
+      for (const m of modules) {
+        const browser = await launchChromium();
+        try {
+          const run = await runCompareCase(browser, servers.get(m.name).url, {
+            framework: "headroom", backend: options.backend, model: "mlp", layers: [128], batch: BATCH,
+            steps: STEPS, eval_samples: 100, learning_rate: 1e-3, epsilon: 1e-8, data: "/data/fashion-mnist/",
+          });
+          const ms = median(run.steps.slice(SKIP).map((s) => s.seconds * 1000));
+          results.get(m.name).push(ms);
+          console.log(`round ${round}, ${m.name}: median step ${ms.toFixed(2)} ms after ${SKIP}; first step at ${run.steps[0].at.toFixed(2)} s`);
+        } finally {
+          await browser.close();
+        }
+      }
+    }
+  } finally {
+    for (const server of servers.values()) server.stop();
+  }
+} finally {
+  rmSync(parent, { recursive: true, force: true });
+}
+console.log(`\nMLP 784-128-10, batch ${BATCH}, ${options.backend}, ${ROUNDS} rounds of ${STEPS} steps: median step over the rounds (range), samples/s`);
+for (const [name, ms] of results) {
+  const sorted = [...ms].sort((a, b) => a - b);
+  console.log(`${name}: ${median(ms).toFixed(2)} ms (${sorted[0].toFixed(2)}-${sorted.at(-1).toFixed(2)}), ${Math.round((BATCH * 1000) / median(ms))} samples/s`);
+}
