@@ -12,8 +12,11 @@
 //! invocation) and `CpuGemm` took about half of `SimpleUnit`'s time on every shape; on
 //! lavapipe `SimpleUnit` stays the fastest. `Naive` copies any operand not laid out as it
 //! reads (a weight gradient's transposed input: +8 MiB reserved on a batch of 2048), where
-//! `CpuGemm` reads transposed operands in place and reserves what burn's routine does. So
-//! the GPU's matmuls take `CpuGemm` on SwiftShader and burn's own routine elsewhere.
+//! `CpuGemm` reads transposed operands in place and reserves what burn's routine does.
+//! Headroom's own `RegisterTile` kernel (crate/model/tile_matmul.rs) then ran the MLP's and
+//! the GPT's large products on SwiftShader at ~3 GFLOP/s against `CpuGemm`'s ~0.9, reading
+//! transposed operands in place too; on lavapipe burn's routine still won most shapes. So
+//! the GPU's matmuls take `RegisterTile` on SwiftShader and burn's own routine elsewhere.
 
 // burn marks ndarray deprecated in favour of flex; natively it is a CPU backend still offered.
 #![allow(deprecated)]
@@ -34,6 +37,8 @@ use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::wgpu::wgpu;
 use burn_cubecl::tensor::CubeTensor;
+
+use super::tile_matmul::register_tile_matmul_launch;
 use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
 use cubek::matmul::multi_level::Strategy as MultiLevel;
 use cubek::matmul::multi_level::routines::TileSizeSelection;
@@ -63,10 +68,13 @@ pub enum MatmulRoutine {
     Gemm,
     /// The register-blocked routine cubek tuned for its CPU runtime.
     CpuGemm,
+    /// Headroom's own kernel: a register tile per invocation, no shared memory
+    /// (crate/model/tile_matmul.rs).
+    RegisterTile,
 }
 
 impl MatmulRoutine {
-    pub const ALL: [MatmulRoutine; 8] = [
+    pub const ALL: [MatmulRoutine; 9] = [
         MatmulRoutine::Burn,
         MatmulRoutine::SimpleUnitMaxTile,
         MatmulRoutine::SimpleUnitMinTile,
@@ -75,9 +83,11 @@ impl MatmulRoutine {
         MatmulRoutine::Naive,
         MatmulRoutine::Gemm,
         MatmulRoutine::CpuGemm,
+        MatmulRoutine::RegisterTile,
     ];
 
-    fn strategy(self) -> Strategy {
+    /// cubek's strategy for the routine; `None` for Headroom's own kernel.
+    fn strategy(self) -> Option<Strategy> {
         let simple_unit = |tile_size| {
             Strategy::MultiLevel(MultiLevel::SimpleUnit(BlueprintStrategy::Inferred(
                 SimpleUnitSelectionArgs { tile_size },
@@ -88,7 +98,8 @@ impl MatmulRoutine {
                 DoubleUnitSelectionArgs { tile_size },
             )))
         };
-        match self {
+        Some(match self {
+            MatmulRoutine::RegisterTile => return None,
             MatmulRoutine::Burn => Strategy::default(),
             MatmulRoutine::SimpleUnitMaxTile => simple_unit(TileSizeSelection::MaxTileSize),
             MatmulRoutine::SimpleUnitMinTile => simple_unit(TileSizeSelection::MinTileSize),
@@ -103,7 +114,7 @@ impl MatmulRoutine {
             MatmulRoutine::CpuGemm => Strategy::Tiled(Tiled::CpuGemm(BlueprintStrategy::Inferred(
                 CpuGemmStrategy::default(),
             ))),
-        }
+        })
     }
 }
 
@@ -130,6 +141,9 @@ impl RoutedMatmul for Cube {
             return None;
         }
         let out = burn_cubecl::kernel::matmul::init_matmul_output(&lhs, &rhs, dtype);
+        let Some(strategy) = routine.strategy() else {
+            return register_tile_matmul_launch(lhs, rhs, out);
+        };
         let storage = burn::backend::cubecl::dtype_to_storage_type(dtype);
         let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
             lhs: storage,
@@ -137,7 +151,7 @@ impl RoutedMatmul for Cube {
             out: storage,
         });
         cubek::matmul::launch::launch_ref(
-            &routine.strategy(),
+            &strategy,
             &out.client,
             InputBinding::new(lhs.binding(), storage),
             InputBinding::new(rhs.binding(), storage),
@@ -247,7 +261,7 @@ pub fn gpu_routine() -> MatmulRoutine {
     MatmulRoutine::ALL[GPU_ROUTINE.load(Ordering::Relaxed) % MatmulRoutine::ALL.len()]
 }
 
-/// `CpuGemm` on SwiftShader (see the module's docs), burn's routine on any other adapter.
+/// `RegisterTile` on SwiftShader (see the module's docs), burn's routine on any other adapter.
 /// In the browser the adapter's name is often withheld, so a software adapter behind the
 /// browser's WebGPU counts as SwiftShader: Chromium's is.
 pub fn routine_for_adapter(info: &wgpu::AdapterInfo) -> MatmulRoutine {
@@ -258,7 +272,7 @@ fn routine_for(name: &str, device_type: wgpu::DeviceType, backend: wgpu::Backend
     let software = device_type == wgpu::DeviceType::Cpu;
     let swiftshader = name.to_lowercase().contains("swiftshader") || backend == wgpu::Backend::BrowserWebGpu;
     match software && swiftshader {
-        true => MatmulRoutine::CpuGemm,
+        true => MatmulRoutine::RegisterTile,
         false => MatmulRoutine::Burn,
     }
 }
@@ -322,36 +336,40 @@ mod tests {
     use crate::train::BackendKind;
 
     /// Each routine's product and both gradients equal burn's matmul on the GPU, with a
-    /// transposed operand (a weight gradient's layout) and shapes no tile divides.
+    /// transposed operand (a weight gradient's layout), on shapes no tile divides and on
+    /// shapes every tile and vector width divides.
     #[test]
     fn routed_matmul_equals_burns_forward_and_backward_on_wgpu() {
         let device = BackendKind::Wgpu.device().autodiff();
-        let lhs = Tensor::<2>::random([37, 50], Distribution::Normal(0.0, 1.0), &device);
-        let rhs = Tensor::<2>::random([29, 50], Distribution::Normal(0.0, 1.0), &device).transpose();
-        let weights = Tensor::<2>::random([37, 29], Distribution::Normal(0.0, 1.0), &device);
-        let run = |multiply: &dyn Fn(Tensor<2>, Tensor<2>) -> Tensor<2>| {
-            let (lhs, rhs) = (
-                lhs.clone().detach().require_grad(),
-                rhs.clone().detach().require_grad(),
-            );
-            let product = multiply(lhs.clone(), rhs.clone());
-            let grads = (product.clone() * weights.clone()).sum().backward();
-            [
-                product.inner(),
-                lhs.grad(&grads).unwrap(),
-                rhs.grad(&grads).unwrap(),
-            ]
-            .map(|t| t.into_data())
-        };
-        let burns = run(&|l, r| l.matmul(r));
-        for routine in [
-            MatmulRoutine::Naive,
-            MatmulRoutine::SimpleUnitMinTile,
-            MatmulRoutine::CpuGemm,
-        ] {
-            let ours = run(&|l, r| matmul_on_routine(l, r, routine).expect("the routine runs this problem"));
-            for (ours, burns) in ours.iter().zip(&burns) {
-                ours.assert_approx_eq::<f32>(burns, Tolerance::rel_abs(1e-4, 1e-4));
+        for [rows, depth, cols] in [[37, 50, 29], [64, 48, 32]] {
+            let lhs = Tensor::<2>::random([rows, depth], Distribution::Normal(0.0, 1.0), &device);
+            let rhs = Tensor::<2>::random([cols, depth], Distribution::Normal(0.0, 1.0), &device).transpose();
+            let weights = Tensor::<2>::random([rows, cols], Distribution::Normal(0.0, 1.0), &device);
+            let run = |multiply: &dyn Fn(Tensor<2>, Tensor<2>) -> Tensor<2>| {
+                let (lhs, rhs) = (
+                    lhs.clone().detach().require_grad(),
+                    rhs.clone().detach().require_grad(),
+                );
+                let product = multiply(lhs.clone(), rhs.clone());
+                let grads = (product.clone() * weights.clone()).sum().backward();
+                [
+                    product.inner(),
+                    lhs.grad(&grads).unwrap(),
+                    rhs.grad(&grads).unwrap(),
+                ]
+                .map(|t| t.into_data())
+            };
+            let burns = run(&|l, r| l.matmul(r));
+            for routine in [
+                MatmulRoutine::Naive,
+                MatmulRoutine::SimpleUnitMinTile,
+                MatmulRoutine::CpuGemm,
+                MatmulRoutine::RegisterTile,
+            ] {
+                let ours = run(&|l, r| matmul_on_routine(l, r, routine).expect("the routine runs this problem"));
+                for (ours, burns) in ours.iter().zip(&burns) {
+                    ours.assert_approx_eq::<f32>(burns, Tolerance::rel_abs(1e-4, 1e-4));
+                }
             }
         }
     }
@@ -380,8 +398,10 @@ mod tests {
             .map(|t| t.into_data())
         };
         let burns = run(MatmulRoutine::Burn);
-        for (ours, burns) in run(MatmulRoutine::CpuGemm).iter().zip(&burns) {
-            ours.assert_approx_eq::<f32>(burns, Tolerance::rel_abs(1e-4, 1e-4));
+        for routine in [MatmulRoutine::CpuGemm, MatmulRoutine::RegisterTile] {
+            for (ours, burns) in run(routine).iter().zip(&burns) {
+                ours.assert_approx_eq::<f32>(burns, Tolerance::rel_abs(1e-4, 1e-4));
+            }
         }
     }
 
@@ -407,8 +427,15 @@ mod tests {
                 patches.transpose(),
             ),
             ("patches' gradient", kernel.transpose(), conv_grad),
+            ("a batch every tile divides", normal([3, 8, 12]), normal([3, 12, 16])),
+            ("its rhs transposed", normal([3, 8, 12]), normal([3, 16, 12]).swap_dims(1, 2)),
         ];
-        for routine in [MatmulRoutine::SimpleUnitMinTile, MatmulRoutine::CpuGemm] {
+        let routines = [
+            MatmulRoutine::SimpleUnitMinTile,
+            MatmulRoutine::CpuGemm,
+            MatmulRoutine::RegisterTile,
+        ];
+        for routine in routines {
             for (layout, lhs, rhs) in &layouts {
                 let ours = matmul_on_routine(lhs.clone(), rhs.clone(), routine)
                     .unwrap_or_else(|| panic!("{routine:?} refused the {layout} layout"));
@@ -421,20 +448,20 @@ mod tests {
     }
 
     #[test]
-    fn swiftshader_gets_cpu_gemm_and_other_adapters_burns_routine() {
+    fn swiftshader_gets_the_register_tile_and_other_adapters_burns_routine() {
         use wgpu::{Backend, DeviceType};
         let cases = [
             (
                 "SwiftShader Device (Subzero)",
                 DeviceType::Cpu,
                 Backend::Vulkan,
-                MatmulRoutine::CpuGemm,
+                MatmulRoutine::RegisterTile,
             ),
             (
                 "",
                 DeviceType::Cpu,
                 Backend::BrowserWebGpu,
-                MatmulRoutine::CpuGemm,
+                MatmulRoutine::RegisterTile,
             ),
             (
                 "llvmpipe (LLVM 15.0.6, 256 bits)",

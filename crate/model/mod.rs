@@ -8,6 +8,7 @@ mod gpt;
 pub mod matmul;
 mod mlp;
 pub mod relu;
+mod tile_matmul;
 
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
