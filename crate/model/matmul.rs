@@ -366,7 +366,8 @@ mod tests {
                 MatmulRoutine::CpuGemm,
                 MatmulRoutine::RegisterTile,
             ] {
-                let ours = run(&|l, r| matmul_on_routine(l, r, routine).expect("the routine runs this problem"));
+                let ours =
+                    run(&|l, r| matmul_on_routine(l, r, routine).expect("the routine runs this problem"));
                 for (ours, burns) in ours.iter().zip(&burns) {
                     ours.assert_approx_eq::<f32>(burns, Tolerance::rel_abs(1e-4, 1e-4));
                 }
@@ -427,8 +428,16 @@ mod tests {
                 patches.transpose(),
             ),
             ("patches' gradient", kernel.transpose(), conv_grad),
-            ("a batch every tile divides", normal([3, 8, 12]), normal([3, 12, 16])),
-            ("its rhs transposed", normal([3, 8, 12]), normal([3, 16, 12]).swap_dims(1, 2)),
+            (
+                "a batch every tile divides",
+                normal([3, 8, 12]),
+                normal([3, 12, 16]),
+            ),
+            (
+                "its rhs transposed",
+                normal([3, 8, 12]),
+                normal([3, 16, 12]).swap_dims(1, 2),
+            ),
         ];
         let routines = [
             MatmulRoutine::SimpleUnitMinTile,
