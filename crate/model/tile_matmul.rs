@@ -2,13 +2,15 @@
 //! the output (up to 4 rows by a vector of up to 4 columns) straight from global memory, with
 //! no shared memory and no barriers.
 //!
-//! Why: SwiftShader (headless Chromium's adapter) runs a workgroup's invocations as the lanes
-//! of one CPU thread's SIMD registers, and a barrier switches every invocation out and back
-//! in. cubek's tiled routines stage tiles through shared memory behind barriers; its
-//! `CpuGemm` computes one register block per plane, so a plane's lanes repeat one lane's
-//! work. Here neighbouring invocations take neighbouring column vectors and share their rows,
-//! so every lane does its own work and a row's value is read once per tile.
-//! `headroom bench matmul` measures it beside cubek's routines (README, "Where the time goes").
+//! Why (the design's reasoning; the bench is the evidence): SwiftShader, headless Chromium's
+//! adapter, runs a workgroup's invocations as the SIMD lanes of a CPU thread, where a
+//! barrier is a switch of every invocation rather than a cheap wait. cubek's tiled routines
+//! stage tiles through shared memory behind barriers; its `CpuGemm` computes one register
+//! block per plane, so a plane's lanes repeat one lane's work. Here neighbouring invocations
+//! take neighbouring column vectors and share their rows, so every lane does its own work
+//! and a row's value is read once per tile. `headroom bench matmul` measures it beside
+//! cubek's routines: ~3.5x `CpuGemm` on the MLP's and the GPT's large products on
+//! SwiftShader, behind burn's routine on lavapipe (README, "Where the time goes").
 
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn_cubecl::cubecl;
@@ -71,8 +73,9 @@ fn register_tile_matmul<F: Float, N: Size>(
     }
 }
 
-/// `lhs @ rhs` for matrices or one batch dim of equal size (a size-1 batch expanded to it
-/// has stride 0, which the kernel reads as is); `None` for more batch dims.
+/// `lhs @ rhs` into `out` for matrices or one batch dim of the same size on all three (a
+/// size-1 batch expanded to it has stride 0, which the kernel reads as is); `None` for more
+/// batch dims, a batch left to broadcast, or an empty output, which burn's matmul takes.
 pub fn register_tile_matmul_launch(lhs: CubeTensor, rhs: CubeTensor, out: CubeTensor) -> Option<CubeTensor> {
     let rank = lhs.meta.num_dims();
     if !(rank == 2 || rank == 3) || rhs.meta.num_dims() != rank {
@@ -81,6 +84,10 @@ pub fn register_tile_matmul_launch(lhs: CubeTensor, rhs: CubeTensor, out: CubeTe
     let (row_dim, col_dim) = (rank - 2, rank - 1);
     let (rows, cols) = (out.meta.shape()[row_dim], out.meta.shape()[col_dim]);
     let batches = if rank == 3 { out.meta.shape()[0] } else { 1 };
+    let same_batch = rank == 2 || (lhs.meta.shape()[0] == batches && rhs.meta.shape()[0] == batches);
+    if !same_batch || rows == 0 || cols == 0 {
+        return None;
+    }
     let rhs_strides = rhs.meta.strides();
     let out_strides = out.meta.strides();
     // A column vector needs its columns contiguous and every vector's start aligned to it.
