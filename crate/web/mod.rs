@@ -9,8 +9,20 @@ use wasm_bindgen::prelude::*;
 use crate::data::{DataError, ErrorKind};
 use crate::train::TrainError;
 
+unsafe extern "C" {
+    /// The module's static constructors, which the wasm linker synthesizes: cubecl's IR
+    /// crate (pliron) registers thousands of items through `inventory`.
+    fn __wasm_call_ctors();
+}
+
 #[wasm_bindgen(start)]
 pub fn start() {
+    // Run once, on instantiation. Where no export calls them, the linker treats the module
+    // as a command and calls them at the top of every exported function: every call from
+    // JS, each promise callback included. A profile of the WebGPU worker had 70% of its
+    // time in them (README, "Where the time goes").
+    // SAFETY: the constructors only register statics, and `inventory`'s are idempotent.
+    unsafe { __wasm_call_ctors() };
     console_error_panic_hook::set_once();
 }
 
