@@ -155,6 +155,7 @@ pub(super) fn cpu() -> Device {
 }
 
 pub async fn acquire(preference: Preference) -> Result<Acquired, String> {
+    super::run_static_constructors();
     // Until a run is on WebGPU; the CPU ignores it anyway.
     set_gpu_routine(MatmulRoutine::Burn);
     if preference == Preference::Cpu {

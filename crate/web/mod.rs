@@ -15,14 +15,21 @@ unsafe extern "C" {
     fn __wasm_call_ctors();
 }
 
+/// Runs the static constructors, once per instance. Where no code calls them, the linker
+/// treats the module as a command and calls them at the top of every exported function:
+/// every call from JS, each promise callback included. A profile of the WebGPU worker had
+/// 70% of its time in them (README, "Where the time goes"). Since this call exists, the
+/// linker adds none, so whatever reaches cubecl must come through here first: `start` (the
+/// page's instantiation) and `device::acquire` (every run; the wasm tests start there).
+pub fn run_static_constructors() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: the constructors only register statics, and `inventory`'s are idempotent.
+    ONCE.call_once(|| unsafe { __wasm_call_ctors() });
+}
+
 #[wasm_bindgen(start)]
 pub fn start() {
-    // Run once, on instantiation. Where no export calls them, the linker treats the module
-    // as a command and calls them at the top of every exported function: every call from
-    // JS, each promise callback included. A profile of the WebGPU worker had 70% of its
-    // time in them (README, "Where the time goes").
-    // SAFETY: the constructors only register statics, and `inventory`'s are idempotent.
-    unsafe { __wasm_call_ctors() };
+    run_static_constructors();
     console_error_panic_hook::set_once();
 }
 
