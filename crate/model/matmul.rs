@@ -23,6 +23,7 @@
 
 #[cfg(not(target_arch = "wasm32"))]
 use burn::backend::NdArray;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use burn::backend::DType;
@@ -31,11 +32,13 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary};
+use burn::backend::ops::FloatTensorOps;
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Autodiff, Backend, Cube, Dispatch, Flex, backend_extension};
+use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::wgpu::wgpu;
+use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
 
 use super::tile_matmul::register_tile_matmul_launch;
@@ -118,62 +121,95 @@ impl MatmulRoutine {
     }
 }
 
-#[backend_extension(Cube, Flex, NdArray: cfg(not(target_arch = "wasm32")), Autodiff)]
+#[backend_extension(
+    Cube,
+    Flex,
+    NdArray: cfg(not(target_arch = "wasm32")),
+    Fusion: cfg(feature = "fusion"),
+    Autodiff
+)]
 pub trait RoutedMatmul: Backend {
-    /// `lhs @ rhs` on `routine` where the backend runs cubecl kernels; `None` where the
-    /// routine refuses the problem (its shapes, its layout, or the adapter).
+    /// `lhs @ rhs` on `routine` where the backend runs cubecl kernels, and on the backend's
+    /// own matmul where the routine refuses the problem (its shapes, its layout, or the
+    /// adapter; [`routine_refusals`] counts those). Never refused outright: under fusion the
+    /// product is registered before its operands exist, so its shape must be known then.
+    #[fusion(dtype = lhs, shape = matmul_output_shape(lhs, rhs))]
     fn matmul_on_routine(
         lhs: FloatTensor<Self>,
         rhs: FloatTensor<Self>,
         routine: MatmulRoutine,
-    ) -> Option<FloatTensor<Self>> {
+    ) -> FloatTensor<Self> {
         let _ = routine;
-        Some(Self::float_matmul(lhs, rhs))
+        Self::float_matmul(lhs, rhs)
     }
 }
 
-impl RoutedMatmul for Cube {
-    fn matmul_on_routine(lhs: CubeTensor, rhs: CubeTensor, routine: MatmulRoutine) -> Option<CubeTensor> {
-        let dtype = lhs.dtype;
-        // Plain floats of one type only: a quantized operand needs burn's dequantizing path.
-        let plain_float = matches!(dtype, DType::F32 | DType::F16 | DType::BF16);
-        if !plain_float || rhs.dtype != dtype || lhs.qparams.is_some() || rhs.qparams.is_some() {
-            return None;
+/// `[.., rows, depth] @ [.., depth, cols]`: `[.., rows, cols]`, the batch dims broadcast.
+#[cfg_attr(not(feature = "fusion"), allow(dead_code))]
+fn matmul_output_shape(lhs: &Shape, rhs: &Shape) -> Shape {
+    let rank = lhs.num_dims();
+    let mut dims: Vec<usize> = (0..rank.saturating_sub(2)).map(|d| lhs[d].max(rhs[d])).collect();
+    dims.extend([lhs[rank - 2], rhs[rank - 1]]);
+    Shape::from(dims)
+}
+
+thread_local! {
+    /// Products this thread handed a routine that refused them (see [`routine_refusals`]).
+    static REFUSALS: Cell<usize> = const { Cell::new(0) };
+}
+
+/// How many products the routine refused on this thread so far: burn's matmul ran them
+/// instead. The result is the same either way, which is why tests read this to tell
+/// whether the routine ran.
+pub fn routine_refusals() -> usize {
+    REFUSALS.with(Cell::get)
+}
+
+impl RoutedMatmul for CubeBackend {
+    fn matmul_on_routine(lhs: CubeTensor, rhs: CubeTensor, routine: MatmulRoutine) -> CubeTensor {
+        match cube_matmul_on_routine(lhs.clone(), rhs.clone(), routine) {
+            Some(product) => product,
+            None => {
+                REFUSALS.with(|count| count.set(count.get() + 1));
+                Self::float_matmul(lhs, rhs)
+            }
         }
-        let out = burn_cubecl::kernel::matmul::init_matmul_output(&lhs, &rhs, dtype);
-        let Some(strategy) = routine.strategy() else {
-            return register_tile_matmul_launch(lhs, rhs, out);
-        };
-        let storage = burn::backend::cubecl::dtype_to_storage_type(dtype);
-        let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
-            lhs: storage,
-            rhs: storage,
-            out: storage,
-        });
-        cubek::matmul::launch::launch_ref(
-            &strategy,
-            &out.client,
-            InputBinding::new(lhs.binding(), storage),
-            InputBinding::new(rhs.binding(), storage),
-            out.clone().binding(),
-            &mut dtypes,
-        )
-        .ok()?;
-        Some(out)
     }
 }
+
+/// `lhs @ rhs` on `routine`'s kernel; `None` where it refuses.
+fn cube_matmul_on_routine(lhs: CubeTensor, rhs: CubeTensor, routine: MatmulRoutine) -> Option<CubeTensor> {
+    let dtype = lhs.dtype;
+    // Plain floats of one type only: a quantized operand needs burn's dequantizing path.
+    let plain_float = matches!(dtype, DType::F32 | DType::F16 | DType::BF16);
+    if !plain_float || rhs.dtype != dtype || lhs.qparams.is_some() || rhs.qparams.is_some() {
+        return None;
+    }
+    let out = burn_cubecl::kernel::matmul::init_matmul_output(&lhs, &rhs, dtype);
+    let Some(strategy) = routine.strategy() else {
+        return register_tile_matmul_launch(lhs, rhs, out);
+    };
+    let storage = burn::backend::cubecl::dtype_to_storage_type(dtype);
+    let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
+        lhs: storage,
+        rhs: storage,
+        out: storage,
+    });
+    cubek::matmul::launch::launch_ref(
+        &strategy,
+        &out.client,
+        InputBinding::new(lhs.binding(), storage),
+        InputBinding::new(rhs.binding(), storage),
+        out.clone().binding(),
+        &mut dtypes,
+    )
+    .ok()?;
+    Some(out)
+}
+
 impl RoutedMatmul for Flex {}
 #[cfg(not(target_arch = "wasm32"))]
 impl RoutedMatmul for NdArray {}
-
-/// `lhs @ rhs` on `routine`, or on the backend's own matmul where the routine refuses it.
-fn routed_or_own<B: RoutedMatmul>(
-    lhs: FloatTensor<B>,
-    rhs: FloatTensor<B>,
-    routine: MatmulRoutine,
-) -> FloatTensor<B> {
-    B::matmul_on_routine(lhs.clone(), rhs.clone(), routine).unwrap_or_else(|| B::float_matmul(lhs, rhs))
-}
 
 /// burn's matmul backward (it keeps the same operands, checkpointed the same way), with
 /// the two gradient products on the routine too: they are two thirds of a layer's work.
@@ -182,7 +218,7 @@ impl<B: RoutedMatmul, C: CheckpointStrategy> RoutedMatmul for Autodiff<B, C> {
         lhs: FloatTensor<Self>,
         rhs: FloatTensor<Self>,
         routine: MatmulRoutine,
-    ) -> Option<FloatTensor<Self>> {
+    ) -> FloatTensor<Self> {
         #[derive(Debug)]
         struct RoutedMatmulBackward;
 
@@ -203,14 +239,14 @@ impl<B: RoutedMatmul, C: CheckpointStrategy> RoutedMatmul for Autodiff<B, C> {
                     ops.node,
                     grads,
                     |grad| {
-                        routed_or_own::<B>(
+                        B::matmul_on_routine(
                             grad,
                             B::float_transpose(rhs.expect("kept when lhs is tracked")),
                             routine,
                         )
                     },
                     |grad| {
-                        routed_or_own::<B>(
+                        B::matmul_on_routine(
                             B::float_transpose(lhs.expect("kept when rhs is tracked")),
                             grad,
                             routine,
@@ -220,7 +256,7 @@ impl<B: RoutedMatmul, C: CheckpointStrategy> RoutedMatmul for Autodiff<B, C> {
             }
         }
 
-        let output = B::matmul_on_routine(lhs.primitive().clone(), rhs.primitive().clone(), routine)?;
+        let output = B::matmul_on_routine(lhs.primitive().clone(), rhs.primitive().clone(), routine);
         let (lhs_tracked, rhs_tracked) = (lhs.is_tracked(), rhs.is_tracked());
         match RoutedMatmulBackward
             .prepare::<C>([lhs.node(), rhs.node()])
@@ -230,21 +266,25 @@ impl<B: RoutedMatmul, C: CheckpointStrategy> RoutedMatmul for Autodiff<B, C> {
             OpsKind::Tracked(mut prep) => {
                 let lhs_state = rhs_tracked.then(|| prep.checkpoint(&lhs));
                 let rhs_state = lhs_tracked.then(|| prep.checkpoint(&rhs));
-                Some(prep.finish((lhs_state, rhs_state, routine), output))
+                prep.finish((lhs_state, rhs_state, routine), output)
             }
-            OpsKind::UnTracked(prep) => Some(prep.finish(output)),
+            OpsKind::UnTracked(prep) => prep.finish(output),
         }
     }
 }
 
-/// `lhs @ rhs` on `routine` (see the module's docs); `None` where the routine refuses it.
+/// `lhs @ rhs` on `routine` (see the module's docs), or on burn's matmul where the routine
+/// refuses it ([`routine_refusals`]).
 pub fn matmul_on_routine<const D: usize>(
     lhs: Tensor<D>,
     rhs: Tensor<D>,
     routine: MatmulRoutine,
-) -> Option<Tensor<D>> {
-    <Dispatch as RoutedMatmul>::matmul_on_routine(lhs.into_dispatch(), rhs.into_dispatch(), routine)
-        .map(Tensor::from_dispatch)
+) -> Tensor<D> {
+    Tensor::from_dispatch(<Dispatch as RoutedMatmul>::matmul_on_routine(
+        lhs.into_dispatch(),
+        rhs.into_dispatch(),
+        routine,
+    ))
 }
 
 /// Index into `MatmulRoutine::ALL` of the routine the GPU's matmuls take; 0 (burn's).
@@ -324,8 +364,7 @@ fn matmul_with<const D: usize>(lhs: Tensor<D>, rhs: Tensor<D>, routine: MatmulRo
             _ => return lhs.matmul(rhs),
         }
     }
-    let (lhs, rhs) = (lhs.expand(lhs_dims), rhs.expand(rhs_dims));
-    matmul_on_routine(lhs.clone(), rhs.clone(), routine).unwrap_or_else(|| lhs.matmul(rhs))
+    matmul_on_routine(lhs.expand(lhs_dims), rhs.expand(rhs_dims), routine)
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
@@ -366,8 +405,10 @@ mod tests {
                 MatmulRoutine::CpuGemm,
                 MatmulRoutine::RegisterTile,
             ] {
-                let ours =
-                    run(&|l, r| matmul_on_routine(l, r, routine).expect("the routine runs this problem"));
+                let refused = routine_refusals();
+                let ours = run(&|l, r| matmul_on_routine(l, r, routine));
+                // Forward and both gradients ran on the routine, none on burn's fallback.
+                assert_eq!(routine_refusals(), refused, "{routine:?} refused a product");
                 for (ours, burns) in ours.iter().zip(&burns) {
                     ours.assert_approx_eq::<f32>(burns, Tolerance::rel_abs(1e-4, 1e-4));
                 }
@@ -407,7 +448,7 @@ mod tests {
     }
 
     /// The backward products and the broadcast product fall back to burn's matmul where
-    /// the routine refuses, so a refusal would pass the tests above unseen: each layout they
+    /// the routine refuses, so a refusal would give the right values unseen: each layout they
     /// hand the routine (transposed views, a stride-0 batch) must run on it, with burn's values.
     #[test]
     fn the_routine_runs_every_layout_the_backward_and_the_broadcast_give_it() {
@@ -446,9 +487,15 @@ mod tests {
         ];
         for routine in routines {
             for (layout, lhs, rhs) in &layouts {
-                let ours = matmul_on_routine(lhs.clone(), rhs.clone(), routine)
-                    .unwrap_or_else(|| panic!("{routine:?} refused the {layout} layout"));
-                ours.into_data().assert_approx_eq::<f32>(
+                let refused = routine_refusals();
+                let ours = matmul_on_routine(lhs.clone(), rhs.clone(), routine);
+                let ours = ours.into_data();
+                assert_eq!(
+                    routine_refusals(),
+                    refused,
+                    "{routine:?} refused the {layout} layout"
+                );
+                ours.assert_approx_eq::<f32>(
                     &lhs.clone().matmul(rhs.clone()).into_data(),
                     Tolerance::rel_abs(1e-4, 1e-4),
                 );

@@ -20,12 +20,20 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn::backend::ops::ActivationOps;
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Autodiff, Backend, Cube, Dispatch, Flex, backend_extension};
+use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
 use burn::prelude::*;
+use burn_cubecl::CubeBackend;
 
-#[backend_extension(Cube, Flex, NdArray: cfg(not(target_arch = "wasm32")), Autodiff)]
+#[backend_extension(
+    Cube,
+    Flex,
+    NdArray: cfg(not(target_arch = "wasm32")),
+    Fusion: cfg(feature = "fusion"),
+    Autodiff
+)]
 pub trait ReluKeepingOutput: Backend {
     /// `max(x, 0)`.
+    #[fusion(default)]
     fn relu_keeping_output(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
         Self::relu(tensor)
     }
@@ -36,12 +44,13 @@ pub trait ReluKeepingOutput: Backend {
     /// precision (twice an f16 activation); here the output, which nothing else holds by
     /// then, becomes the factor in place and the product is written over the gradient, so
     /// backward allocates nothing for the ReLU.
+    #[fusion(default)]
     fn relu_backward_from_output(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         Self::float_mul(grad, Self::float_sign(output))
     }
 }
 
-impl ReluKeepingOutput for Cube {}
+impl ReluKeepingOutput for CubeBackend {}
 
 /// flex's `relu_backward` is one fused pass with no mask, where its `sign` is a scalar
 /// loop (~10% of a CNN step under perf) followed by a second pass for the product.

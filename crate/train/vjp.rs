@@ -20,13 +20,21 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Autodiff, Backend, Cube, Dispatch, Flex, TensorMetadata, backend_extension};
+use burn::backend::{Autodiff, Backend, Dispatch, Flex, TensorMetadata, backend_extension};
 use burn::prelude::*;
+use burn_cubecl::CubeBackend;
 
-#[backend_extension(Cube, Flex, NdArray: cfg(not(target_arch = "wasm32")), Autodiff)]
+#[backend_extension(
+    Cube,
+    Flex,
+    NdArray: cfg(not(target_arch = "wasm32")),
+    Fusion: cfg(feature = "fusion"),
+    Autodiff
+)]
 pub trait VjpSeed: Backend {
     /// A one-element zero whose gradient with respect to `output` is `upstream`. Only its
     /// gradient means anything, and only as the root backward starts from.
+    #[fusion(default)]
     fn vjp_seed(output: FloatTensor<Self>, upstream: FloatTensor<Self>) -> FloatTensor<Self> {
         drop(upstream);
         one_zero::<Self>(&output)
@@ -38,7 +46,7 @@ fn one_zero<B: Backend>(like: &FloatTensor<B>) -> FloatTensor<B> {
     B::float_zeros([1].into(), &like.device(), like.dtype().into())
 }
 
-impl VjpSeed for Cube {}
+impl VjpSeed for CubeBackend {}
 impl VjpSeed for Flex {}
 #[cfg(not(target_arch = "wasm32"))]
 impl VjpSeed for NdArray {}
