@@ -23,7 +23,6 @@
 
 #[cfg(not(target_arch = "wasm32"))]
 use burn::backend::NdArray;
-use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use burn::backend::DType;
@@ -153,16 +152,15 @@ fn matmul_output_shape(lhs: &Shape, rhs: &Shape) -> Shape {
     Shape::from(dims)
 }
 
-thread_local! {
-    /// Products this thread handed a routine that refused them (see [`routine_refusals`]).
-    static REFUSALS: Cell<usize> = const { Cell::new(0) };
-}
+/// Products handed a routine that refused them (see [`routine_refusals`]). Process-wide:
+/// under fusion the product runs on whichever thread drains the queue, not the caller's.
+static REFUSALS: AtomicUsize = AtomicUsize::new(0);
 
-/// How many products the routine refused on this thread so far: burn's matmul ran them
+/// How many products the routine refused in this process so far: burn's matmul ran them
 /// instead. The result is the same either way, which is why tests read this to tell
 /// whether the routine ran.
 pub fn routine_refusals() -> usize {
-    REFUSALS.with(Cell::get)
+    REFUSALS.load(Ordering::Relaxed)
 }
 
 impl RoutedMatmul for CubeBackend {
@@ -170,7 +168,7 @@ impl RoutedMatmul for CubeBackend {
         match cube_matmul_on_routine(lhs.clone(), rhs.clone(), routine) {
             Some(product) => product,
             None => {
-                REFUSALS.with(|count| count.set(count.get() + 1));
+                REFUSALS.fetch_add(1, Ordering::Relaxed);
                 Self::float_matmul(lhs, rhs)
             }
         }
@@ -374,11 +372,22 @@ mod tests {
     use super::*;
     use crate::train::BackendKind;
 
+    /// Held by each test that reads [`routine_refusals`], so that no other test's refusal
+    /// lands between its two readings (the count is process-wide, tests run in parallel).
+    static REFUSAL_COUNT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn counting_refusals() -> std::sync::MutexGuard<'static, ()> {
+        REFUSAL_COUNT
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Each routine's product and both gradients equal burn's matmul on the GPU, with a
     /// transposed operand (a weight gradient's layout), on shapes no tile divides and on
     /// shapes every tile and vector width divides.
     #[test]
     fn routed_matmul_equals_burns_forward_and_backward_on_wgpu() {
+        let _counting = counting_refusals();
         let device = BackendKind::Wgpu.device().autodiff();
         for [rows, depth, cols] in [[37, 50, 29], [64, 48, 32]] {
             let lhs = Tensor::<2>::random([rows, depth], Distribution::Normal(0.0, 1.0), &device);
@@ -447,11 +456,31 @@ mod tests {
         }
     }
 
+    /// A product the routine refuses (`RegisterTile` takes ranks 2 and 3 only) runs on
+    /// burn's matmul, with burn's values, and is counted: the count the two tests around
+    /// this one read to say that the routine ran.
+    #[test]
+    fn a_refused_product_gets_burns_values_and_is_counted() {
+        let _counting = counting_refusals();
+        let device = BackendKind::Wgpu.device();
+        let normal = |dims: [usize; 4]| Tensor::<4>::random(dims, Distribution::Normal(0.0, 1.0), &device);
+        let (lhs, rhs) = (normal([2, 3, 5, 7]), normal([2, 3, 7, 4]));
+        let refused = routine_refusals();
+        let ours = matmul_on_routine(lhs.clone(), rhs.clone(), MatmulRoutine::RegisterTile).into_data();
+        assert_eq!(
+            routine_refusals(),
+            refused + 1,
+            "the rank-4 product was not counted as refused"
+        );
+        ours.assert_approx_eq::<f32>(&lhs.matmul(rhs).into_data(), Tolerance::rel_abs(1e-4, 1e-4));
+    }
+
     /// The backward products and the broadcast product fall back to burn's matmul where
     /// the routine refuses, so a refusal would give the right values unseen: each layout they
     /// hand the routine (transposed views, a stride-0 batch) must run on it, with burn's values.
     #[test]
     fn the_routine_runs_every_layout_the_backward_and_the_broadcast_give_it() {
+        let _counting = counting_refusals();
         let device = BackendKind::Wgpu.device();
         let normal = |dims: [usize; 3]| Tensor::<3>::random(dims, Distribution::Normal(0.0, 1.0), &device);
         let (lhs, weight) = (normal([1, 37, 50]), normal([1, 29, 50]).transpose());
