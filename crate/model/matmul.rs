@@ -31,6 +31,8 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary};
+#[cfg(feature = "fusion")]
+use burn::backend::calculate_matmul_output;
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
@@ -132,7 +134,9 @@ pub trait RoutedMatmul: Backend {
     /// own matmul where the routine refuses the problem (its shapes, its layout, or the
     /// adapter; [`routine_refusals`] counts those). Never refused outright: under fusion the
     /// product is registered before its operands exist, so its shape must be known then.
-    #[fusion(dtype = lhs, shape = matmul_output_shape(lhs, rhs))]
+    // burn's own shape rule for a matmul, as its fusion registers one; callers pass operands
+    // whose shapes burn's matmul accepts (`matmul_with` checks, backward's are the forward's).
+    #[fusion(dtype = lhs, shape = calculate_matmul_output(lhs, rhs).expect("matmul operands"))]
     fn matmul_on_routine(
         lhs: FloatTensor<Self>,
         rhs: FloatTensor<Self>,
@@ -141,15 +145,6 @@ pub trait RoutedMatmul: Backend {
         let _ = routine;
         Self::float_matmul(lhs, rhs)
     }
-}
-
-/// `[.., rows, depth] @ [.., depth, cols]`: `[.., rows, cols]`, the batch dims broadcast.
-#[cfg_attr(not(feature = "fusion"), allow(dead_code))]
-fn matmul_output_shape(lhs: &Shape, rhs: &Shape) -> Shape {
-    let rank = lhs.num_dims();
-    let mut dims: Vec<usize> = (0..rank.saturating_sub(2)).map(|d| lhs[d].max(rhs[d])).collect();
-    dims.extend([lhs[rank - 2], rhs[rank - 1]]);
-    Shape::from(dims)
 }
 
 /// Products handed a routine that refused them (see [`routine_refusals`]). Process-wide:
