@@ -8,6 +8,22 @@
 #[cfg(all(target_arch = "wasm32", feature = "autotune"))]
 compile_error!("the `autotune` feature is native only: build the wasm module without it");
 
+/// A burn backend extension (`backend_extension`) on the backends Headroom builds: the
+/// one list for the routed matmul, the ReLU that keeps its output and the VJP seed.
+#[cfg(feature = "train")]
+macro_rules! headroom_backend_extension {
+    ($($extension:tt)*) => {
+        #[burn::backend::backend_extension(
+            Cube,
+            Flex,
+            NdArray: cfg(not(target_arch = "wasm32")),
+            Fusion: cfg(feature = "fusion"),
+            Autodiff
+        )]
+        $($extension)*
+    };
+}
+
 pub mod data;
 #[cfg(feature = "train")]
 pub mod memory;

@@ -35,7 +35,7 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary};
 use burn::backend::calculate_matmul_output;
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
+use burn::backend::{Autodiff, Backend, Dispatch, Flex};
 use burn::nn::Linear;
 use burn::prelude::*;
 use burn::tensor::wgpu::wgpu;
@@ -122,13 +122,7 @@ impl MatmulRoutine {
     }
 }
 
-#[backend_extension(
-    Cube,
-    Flex,
-    NdArray: cfg(not(target_arch = "wasm32")),
-    Fusion: cfg(feature = "fusion"),
-    Autodiff
-)]
+headroom_backend_extension! {
 pub trait RoutedMatmul: Backend {
     /// `lhs @ rhs` on `routine` where the backend runs cubecl kernels, and on the backend's
     /// own matmul where the routine refuses the problem (its shapes, its layout, or the
@@ -145,6 +139,7 @@ pub trait RoutedMatmul: Backend {
         let _ = routine;
         Self::float_matmul(lhs, rhs)
     }
+}
 }
 
 /// Products handed a routine that refused them (see [`routine_refusals`]). Process-wide:

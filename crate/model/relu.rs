@@ -20,17 +20,11 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn::backend::ops::ActivationOps;
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Autodiff, Backend, Dispatch, Flex, backend_extension};
+use burn::backend::{Autodiff, Backend, Dispatch, Flex};
 use burn::prelude::*;
 use burn_cubecl::CubeBackend;
 
-#[backend_extension(
-    Cube,
-    Flex,
-    NdArray: cfg(not(target_arch = "wasm32")),
-    Fusion: cfg(feature = "fusion"),
-    Autodiff
-)]
+headroom_backend_extension! {
 pub trait ReluKeepingOutput: Backend {
     /// `max(x, 0)`.
     #[fusion(default)]
@@ -48,6 +42,7 @@ pub trait ReluKeepingOutput: Backend {
     fn relu_backward_from_output(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         Self::float_mul(grad, Self::float_sign(output))
     }
+}
 }
 
 impl ReluKeepingOutput for CubeBackend {}

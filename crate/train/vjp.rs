@@ -20,17 +20,11 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Autodiff, Backend, Dispatch, Flex, TensorMetadata, backend_extension};
+use burn::backend::{Autodiff, Backend, Dispatch, Flex, TensorMetadata};
 use burn::prelude::*;
 use burn_cubecl::CubeBackend;
 
-#[backend_extension(
-    Cube,
-    Flex,
-    NdArray: cfg(not(target_arch = "wasm32")),
-    Fusion: cfg(feature = "fusion"),
-    Autodiff
-)]
+headroom_backend_extension! {
 pub trait VjpSeed: Backend {
     /// A one-element zero whose gradient with respect to `output` is `upstream`. Only its
     /// gradient means anything, and only as the root backward starts from.
@@ -39,6 +33,7 @@ pub trait VjpSeed: Backend {
         drop(upstream);
         one_zero::<Self>(&output)
     }
+}
 }
 
 /// A one-element zero on `like`'s device, in its precision.
