@@ -36,15 +36,14 @@ fn collect(model: &headroom::model::Model, grads: &GradientsParams) -> Vec<Vec<f
     visitor.out
 }
 
-fn relative_difference(a: &[f32], b: &[f32]) -> f64 {
-    let diff: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(x - y).powi(2))
-        .sum::<f64>()
-        .sqrt();
-    let norm: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum::<f64>().sqrt();
-    diff / norm.max(1e-30)
+fn norm(values: &[f32]) -> f64 {
+    values.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>().sqrt()
+}
+
+/// `a - b` against `b`'s size, where that size is at least `floor`.
+fn relative_difference(a: &[f32], b: &[f32], floor: f64) -> f64 {
+    let diff: Vec<f32> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+    norm(&diff) / norm(b).max(floor)
 }
 
 async fn accumulation_matches_one_pass(backend: BackendKind, model: ModelConfig) {
@@ -72,8 +71,13 @@ fn assert_same_gradients(
     let whole = collect(model, &whole.grads);
     let accumulated = collect(model, &accumulated.grads);
     assert_eq!(whole.len(), accumulated.len());
+    // Some gradients are zero in exact arithmetic, such as the GPT's key bias (softmax
+    // ignores a shift shared by all of a query's scores): what is computed is rounding
+    // noise (norm ~1e-11 where others are ~1e-1), which two correct summation orders do
+    // not share. Such a gradient is judged against a thousandth of the largest one.
+    let floor = 1e-3 * whole.iter().map(|g| norm(g)).fold(0.0, f64::max);
     for (i, (a, b)) in accumulated.iter().zip(&whole).enumerate() {
-        let difference = relative_difference(a, b);
+        let difference = relative_difference(a, b, floor);
         assert!(
             difference <= tolerance,
             "{backend:?} parameter {i}: relative difference {difference:e}"
