@@ -7,6 +7,9 @@
 // successful and the error is logged later (README, "Autotune").
 #[cfg(all(target_arch = "wasm32", feature = "autotune"))]
 compile_error!("the `autotune` feature is native only: build the wasm module without it");
+// The browser's CPU fallback is flex; the ndarray backend is offered natively only.
+#[cfg(all(target_arch = "wasm32", feature = "ndarray"))]
+compile_error!("the `ndarray` feature is native only: build the wasm module without it");
 
 /// A burn backend extension (`backend_extension`) on the backends Headroom builds: the
 /// one list for the routed matmul, the ReLU that keeps its output and the VJP seed.
@@ -16,7 +19,7 @@ macro_rules! headroom_backend_extension {
         #[burn::backend::backend_extension(
             Cube,
             Flex,
-            NdArray: cfg(not(target_arch = "wasm32")),
+            NdArray: cfg(all(not(target_arch = "wasm32"), feature = "ndarray")),
             Fusion: cfg(feature = "fusion"),
             Autodiff
         )]

@@ -58,8 +58,8 @@ fn no_position_sees_the_future(backend: BackendKind) {
 }
 
 #[test]
-fn no_position_sees_the_future_on_ndarray() {
-    no_position_sees_the_future(BackendKind::Ndarray);
+fn no_position_sees_the_future_on_flex() {
+    no_position_sees_the_future(BackendKind::Flex);
 }
 
 #[test]
@@ -133,7 +133,7 @@ async fn a_text_dataset_needs_a_window_its_chunks_hold() {
 
 #[tokio::test]
 async fn sampling_is_seeded_and_stays_in_the_vocabulary() {
-    let device = BackendKind::Ndarray.device();
+    let device = BackendKind::Flex.device();
     let model = Gpt::new(&SHAPE, 11, &device);
     let settings = SampleSettings {
         tokens: 40,
@@ -154,14 +154,14 @@ async fn sampling_is_seeded_and_stays_in_the_vocabulary() {
     );
 }
 
-/// The step losses of `headroom train` on ndarray for the GPT with `micro_batch`.
-fn gpt_losses_on_ndarray(data: &str, micro_batch: &str) -> Vec<f64> {
+/// The step losses of `headroom train` on flex for the GPT with `micro_batch`.
+fn gpt_losses_on_flex(data: &str, micro_batch: &str) -> Vec<f64> {
     let events = common::headroom_events(&[
         "train",
         "--data",
         data,
         "--backend",
-        "ndarray",
+        "flex",
         "--no-eval",
         "--sample-chars",
         "0",
@@ -192,11 +192,11 @@ fn gpt_losses_on_ndarray(data: &str, micro_batch: &str) -> Vec<f64> {
 }
 
 #[test]
-fn accumulated_micro_batches_train_the_gpt_as_one_batch_does_on_ndarray() {
+fn accumulated_micro_batches_train_the_gpt_as_one_batch_does_on_flex() {
     let dataset = common::text_dataset(&common::generated_text(20_000), 2048);
     let data = dataset.dir.to_str().unwrap();
-    let whole = gpt_losses_on_ndarray(data, "16");
-    let accumulated = gpt_losses_on_ndarray(data, "4");
+    let whole = gpt_losses_on_flex(data, "16");
+    let accumulated = gpt_losses_on_flex(data, "4");
     assert_eq!(whole.len(), 4);
     assert!(whole[3] < whole[0], "the loss did not fall: {whole:?}");
     for (step, (a, b)) in whole.iter().zip(&accumulated).enumerate() {

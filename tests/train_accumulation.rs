@@ -86,15 +86,15 @@ fn assert_same_gradients(
 }
 
 #[tokio::test]
-async fn four_micro_batches_of_64_give_the_gradients_of_one_batch_of_256_on_ndarray() {
+async fn four_micro_batches_of_64_give_the_gradients_of_one_batch_of_256_on_flex() {
     accumulation_matches_one_pass(
-        BackendKind::Ndarray,
+        BackendKind::Flex,
         ModelConfig::Mlp {
             hidden: vec![128, 64],
         },
     )
     .await;
-    accumulation_matches_one_pass(BackendKind::Ndarray, ModelConfig::Cnn { channels: vec![4, 8] }).await;
+    accumulation_matches_one_pass(BackendKind::Flex, ModelConfig::Cnn { channels: vec![4, 8] }).await;
 }
 
 #[tokio::test]
@@ -158,8 +158,8 @@ async fn recomputation_matches_keeping(backend: BackendKind, precision: Precisio
 }
 
 #[tokio::test]
-async fn recomputed_segments_give_the_gradients_of_kept_activations_on_ndarray() {
-    recomputation_matches_keeping(BackendKind::Ndarray, Precision::F32, 1e-5).await;
+async fn recomputed_segments_give_the_gradients_of_kept_activations_on_flex() {
+    recomputation_matches_keeping(BackendKind::Flex, Precision::F32, 1e-5).await;
 }
 
 #[tokio::test]

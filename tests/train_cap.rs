@@ -240,7 +240,7 @@ fn plan_marks_the_largest_micro_batch_under_the_cap_and_refuses_an_impossible_ca
         "40MiB",
         "--json",
         "--backend",
-        "ndarray",
+        "flex",
     ]);
     assert!(
         output.status.success(),
@@ -258,7 +258,7 @@ fn plan_marks_the_largest_micro_batch_under_the_cap_and_refuses_an_impossible_ca
         .max();
     assert_eq!(chosen["micro_batch"].as_u64(), largest_fitting);
 
-    let refused = common::headroom(&["plan", "--data", data, "--cap", "1MiB", "--backend", "ndarray"]);
+    let refused = common::headroom(&["plan", "--data", data, "--cap", "1MiB", "--backend", "flex"]);
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("no setting fits a cap of 1.0 MiB"), "{stderr}");

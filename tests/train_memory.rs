@@ -107,6 +107,9 @@ async fn f16_on_wgpu_learns_with_f32_master_weights() {
     );
 }
 
+/// Natively only ndarray lacks f16 (flex and lavapipe have it); in the browser
+/// `wasm_train` checks the same on SwiftShader, which has no shader-f16.
+#[cfg(feature = "ndarray")]
 #[tokio::test]
 async fn f16_on_ndarray_says_so_and_trains_in_f32() {
     let run = train(

@@ -15,7 +15,7 @@ async fn losses(config: TrainConfig) -> Vec<f32> {
     let source = DataSource::open(dataset.dir.to_str().unwrap(), config.stream_options())
         .await
         .unwrap();
-    let backend = BackendKind::Ndarray;
+    let backend = BackendKind::Flex;
     let mut trainer = Trainer::new(config, &source, backend.device(), backend.name()).unwrap();
     let mut losses = Vec::new();
     trainer

@@ -1,5 +1,5 @@
 //! A run saved between two steps and taken up again goes on exactly as if it had never
-//! stopped: in the library (bit for bit on ndarray, from a reader mid-chunk and from one
+//! stopped: in the library (bit for bit on flex, from a reader mid-chunk and from one
 //! released for an evaluation) and through the command line (`--checkpoint-dir`,
 //! `--resume`, Ctrl-C, `headroom eval`, a torn save, a damaged blob).
 #![cfg(not(target_arch = "wasm32"))]
@@ -82,11 +82,11 @@ async fn open(dir: &std::path::Path, config: &TrainConfig) -> DataSource {
 }
 
 #[tokio::test]
-async fn a_resumed_run_gives_the_same_losses_bit_for_bit_on_ndarray() {
+async fn a_resumed_run_gives_the_same_losses_bit_for_bit_on_flex() {
     let dataset = common::synthetic_dataset(1000, 90, Codec::Lz4);
     let config = config();
     let source = open(&dataset.dir, &config).await;
-    let backend = BackendKind::Ndarray;
+    let backend = BackendKind::Flex;
     let mut trainer = Trainer::new(config, &source, backend.device(), backend.name()).unwrap();
     let mut progress = Progress::default();
     // Step 7: the reader is mid-chunk with three chunks open; step 10: an evaluation has
@@ -130,7 +130,7 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
         ..config()
     };
     let source = open(&dataset.dir, &config).await;
-    let backend = BackendKind::Ndarray;
+    let backend = BackendKind::Flex;
     let mut trainer = Trainer::new(config.clone(), &source, backend.device(), backend.name()).unwrap();
     let mut progress = Progress::default();
     run_to_end(&mut trainer, &mut progress, &source, &[]).await;
@@ -224,14 +224,14 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
     assert!(refusal(&moved, &source).1.contains("past the"));
 }
 
-/// `headroom train` on ndarray with a small MLP over `data`, and `extra` flags.
+/// `headroom train` on flex with a small MLP over `data`, and `extra` flags.
 fn train_args<'a>(data: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "train",
         "--data",
         data,
         "--backend",
-        "ndarray",
+        "flex",
         "--hidden",
         "32",
         "--effective-batch",
@@ -279,7 +279,7 @@ fn the_cli_saves_every_n_steps_and_a_resumed_run_ends_as_the_uninterrupted_one()
     let blobs = std::fs::read_dir(&dir).unwrap().count();
     assert_eq!(blobs, 3, "run.json and the blobs of step 10 only");
 
-    let resumed = common::headroom_events(&["train", "--resume", dir_arg, "--backend", "ndarray"]);
+    let resumed = common::headroom_events(&["train", "--resume", dir_arg, "--backend", "flex"]);
     let started = of_kind(&resumed, "started");
     assert_eq!(started[0]["resumed_at"], 10);
     let losses = |events: &[serde_json::Value]| -> Vec<serde_json::Value> {
@@ -306,7 +306,7 @@ fn headroom_eval_gives_the_saved_run_its_own_test_accuracy_and_refuses_a_damaged
     // What an interrupted save leaves: a newer blob and a half-written run.json.
     std::fs::write(dir.join("model-00000099.bpk"), b"half").unwrap();
     std::fs::write(dir.join(".run.json.tmp"), b"{\"trunc").unwrap();
-    let eval = |dir: &str| common::headroom(&["eval", dir, "--backend", "ndarray", "--json"]);
+    let eval = |dir: &str| common::headroom(&["eval", dir, "--backend", "flex", "--json"]);
     let run = eval(dir_arg);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let evaluated: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
@@ -384,7 +384,7 @@ fn ctrl_c_saves_the_run_after_the_step_under_way_and_it_goes_on_from_there() {
         "--resume",
         dir_arg,
         "--backend",
-        "ndarray",
+        "flex",
         "--steps",
         &more,
     ]);

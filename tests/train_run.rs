@@ -57,10 +57,10 @@ fn losses(events: &[TrainEvent]) -> Vec<f32> {
 }
 
 #[tokio::test]
-async fn every_optimizer_lowers_the_loss_and_learns_the_synthetic_classes_on_ndarray() {
+async fn every_optimizer_lowers_the_loss_and_learns_the_synthetic_classes_on_flex() {
     for optimizer in [OptimizerKind::Adam, OptimizerKind::AdamW, OptimizerKind::Sgd] {
         let (events, summary) = train(
-            BackendKind::Ndarray,
+            BackendKind::Flex,
             config(ModelConfig::Mlp { hidden: vec![64] }, optimizer, 30),
         )
         .await;
@@ -103,7 +103,7 @@ fn the_cli_trains_writes_metrics_and_saves_the_model() {
         "--data",
         dataset.dir.to_str().unwrap(),
         "--backend",
-        "ndarray",
+        "flex",
         "--hidden",
         "32",
         "--steps",
@@ -152,7 +152,7 @@ fn the_cli_refuses_bad_settings_with_a_reason() {
         ),
         (vec!["--steps", "0"], "at least 1 epoch or step"),
     ] {
-        let args: Vec<&str> = ["train", "--data", data, "--backend", "ndarray"]
+        let args: Vec<&str> = ["train", "--data", data, "--backend", "flex"]
             .into_iter()
             .chain(extra)
             .collect();
@@ -168,11 +168,11 @@ async fn eval_samples_limits_the_evaluation_to_that_many_test_samples() {
     let mut limited = config(ModelConfig::Mlp { hidden: vec![16] }, OptimizerKind::Adam, 2);
     // Not a multiple of the micro-batch (32): the last evaluation batch is cut short.
     limited.eval_samples = Some(70);
-    let (_, summary) = train(BackendKind::Ndarray, limited).await;
+    let (_, summary) = train(BackendKind::Flex, limited).await;
     assert_eq!(summary.eval.expect("evaluated at the end").samples, 70);
 
     let (_, summary) = train(
-        BackendKind::Ndarray,
+        BackendKind::Flex,
         config(ModelConfig::Mlp { hidden: vec![16] }, OptimizerKind::Adam, 2),
     )
     .await;

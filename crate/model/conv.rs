@@ -7,7 +7,7 @@
 use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::module::conv2d;
-use burn::tensor::ops::{ConvOptions, PadMode};
+use burn::tensor::ops::ConvOptions;
 
 use super::matmul::matmul;
 
@@ -44,25 +44,9 @@ impl Conv3x3 {
         if x.device() == Device::flex() {
             return conv2d(x, self.weight.val(), Some(self.bias.val()), same_padding());
         }
-        // ndarray is native only.
-        #[cfg(not(target_arch = "wasm32"))]
-        #[allow(deprecated)]
-        let im2col = x.device() == Device::ndarray();
-        #[cfg(target_arch = "wasm32")]
-        let im2col = false;
         let [batch, _, height, width] = x.dims();
         let [out_channels, ..] = self.weight.dims();
-        // On the GPU, burn's conv2d (release builds, 2026-12-03, CNN 8,16 ch, batch 64, 3
-        // interleaved rounds): lavapipe 279 -> 809 samples/s, SwiftShader 213 -> 331, peak
-        // reserved 23.1 -> 14.1 MiB, as it keeps its input instead of nine windows of it.
-        let product = match im2col {
-            true => self.im2col_product(x),
-            false => conv2d(x, self.weight.val(), None, same_padding()).reshape([
-                batch,
-                out_channels,
-                height * width,
-            ]),
-        };
+        let product = self.product_without_bias(x);
         // The bias spread over the pixels by a matmul with a row of ones, so that its
         // gradient is a matmul over the pixels (and a sum over the batch, as in a linear
         // layer): as a broadcast add over every pixel of the batch, its gradient was one
@@ -73,14 +57,31 @@ impl Conv3x3 {
         (product + bias.unsqueeze::<3>()).reshape([batch, out_channels, height, width])
     }
 
+    /// [batch, in, h, w] -> [batch, out, h * w] without the bias.
+    fn product_without_bias(&self, x: Tensor<4>) -> Tensor<3> {
+        // ndarray is native only, and an opt-in feature.
+        #[cfg(all(not(target_arch = "wasm32"), feature = "ndarray"))]
+        #[allow(deprecated)]
+        if x.device() == Device::ndarray() {
+            return self.im2col_product(x);
+        }
+        let [batch, _, height, width] = x.dims();
+        let [out_channels, ..] = self.weight.dims();
+        // On the GPU, burn's conv2d (release builds, 2026-12-03, CNN 8,16 ch, batch 64, 3
+        // interleaved rounds): lavapipe 279 -> 809 samples/s, SwiftShader 213 -> 331, peak
+        // reserved 23.1 -> 14.1 MiB, as it keeps its input instead of nine windows of it.
+        conv2d(x, self.weight.val(), None, same_padding()).reshape([batch, out_channels, height * width])
+    }
+
     /// [batch, in, h, w] -> [batch, out, h * w] without the bias: nine shifted windows of the
     /// padded input and one matmul per image. ndarray's own conv2d computes its input
     /// gradient with a scalar `conv_transpose2d` loop (~90% of a CNN step); every op here
     /// has a vectorized backward there.
+    #[cfg(all(not(target_arch = "wasm32"), feature = "ndarray"))]
     fn im2col_product(&self, x: Tensor<4>) -> Tensor<3> {
         let [batch, in_channels, height, width] = x.dims();
         let [out_channels, ..] = self.weight.dims();
-        let padded = x.pad((1, 1, 1, 1), PadMode::Constant(0.0));
+        let padded = x.pad((1, 1, 1, 1), burn::tensor::ops::PadMode::Constant(0.0));
         let windows: Vec<Tensor<4>> = (0..3)
             .flat_map(|dy| (0..3).map(move |dx| (dy, dx)))
             .map(|(dy, dx)| {
@@ -109,10 +110,21 @@ mod tests {
 
     use super::*;
 
+    /// The GPU's path: burn's conv2d, the bias through a matmul.
     #[test]
     fn equals_burns_conv2d_with_same_padding() {
+        equals_burns_conv2d_on(crate::train::BackendKind::Wgpu.device());
+    }
+
+    /// ndarray's path: the im2col product.
+    #[cfg(feature = "ndarray")]
+    #[test]
+    fn equals_burns_conv2d_with_same_padding_on_ndarray() {
         #[allow(deprecated)]
-        let device = Device::ndarray();
+        equals_burns_conv2d_on(Device::ndarray());
+    }
+
+    fn equals_burns_conv2d_on(device: Device) {
         let conv = Conv3x3::new(3, 5, &device);
         let conv = Conv3x3 {
             bias: Param::from_tensor(Tensor::random([5], Distribution::Default, &device)),

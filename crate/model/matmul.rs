@@ -18,10 +18,10 @@
 //! transposed operands in place too; on lavapipe burn's routine still won most shapes. So
 //! the GPU's matmuls take `RegisterTile` on SwiftShader and burn's own routine elsewhere.
 
-// burn marks ndarray deprecated in favour of flex; natively it is a CPU backend still offered.
+// burn marks ndarray deprecated in favour of flex; natively it is an opt-in CPU backend.
 #![allow(deprecated)]
 
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(all(not(target_arch = "wasm32"), feature = "ndarray"))]
 use burn::backend::NdArray;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -196,7 +196,7 @@ fn cube_matmul_on_routine(lhs: CubeTensor, rhs: CubeTensor, routine: MatmulRouti
 }
 
 impl RoutedMatmul for Flex {}
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(all(not(target_arch = "wasm32"), feature = "ndarray"))]
 impl RoutedMatmul for NdArray {}
 
 /// burn's matmul backward (it keeps the same operands, checkpointed the same way), with

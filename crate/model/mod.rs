@@ -277,8 +277,7 @@ mod tests {
     /// Export and inference build models on a device without autodiff.
     #[test]
     fn models_build_and_run_without_autodiff() {
-        #[allow(deprecated)]
-        let device = Device::ndarray();
+        let device = Device::flex();
         let input = InputShape {
             height: 28,
             width: 28,

@@ -9,10 +9,10 @@
 //! A burn backend extension: the forward is burn's `relu` on every backend; only the
 //! autodiff backend's version differs, in what it saves and how its backward masks.
 
-// burn marks ndarray deprecated in favour of flex; natively it is a CPU backend still offered.
+// burn marks ndarray deprecated in favour of flex; natively it is an opt-in CPU backend.
 #![allow(deprecated)]
 
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(all(not(target_arch = "wasm32"), feature = "ndarray"))]
 use burn::backend::NdArray;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -54,7 +54,7 @@ impl ReluKeepingOutput for Flex {
         Self::relu_backward(output, grad)
     }
 }
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(all(not(target_arch = "wasm32"), feature = "ndarray"))]
 impl ReluKeepingOutput for NdArray {}
 
 impl<B: ReluKeepingOutput, C: CheckpointStrategy> ReluKeepingOutput for Autodiff<B, C> {
@@ -104,9 +104,16 @@ mod tests {
     use super::*;
 
     /// The same values and the same gradient as burn's ReLU, zeros (whose gradient burn
-    /// takes as 0) included, through a product so the gradient is not all ones.
+    /// takes as 0) included, through a product so the gradient is not all ones. On wgpu the
+    /// trait's own backward runs (the sign product).
     #[test]
     fn equals_burns_relu_forward_and_backward() {
+        equals_burns_relu_on(crate::train::BackendKind::Wgpu.device().autodiff());
+    }
+
+    #[cfg(feature = "ndarray")]
+    #[test]
+    fn equals_burns_relu_forward_and_backward_on_ndarray() {
         equals_burns_relu_on(Device::ndarray().autodiff());
     }
 

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 pub enum BackendKind {
     /// wgpu: Vulkan, Metal, DX12 natively (lavapipe on a machine without a GPU).
     Wgpu,
-    /// burn's ndarray CPU backend (deprecated by burn in favour of flex).
+    /// burn's ndarray CPU backend (deprecated by burn in favour of flex), in builds with the
+    /// `ndarray` feature.
     #[cfg(not(target_arch = "wasm32"))]
     Ndarray,
     /// burn's flex CPU backend: gemm matmuls and a conv2d whose backward is not a scalar
@@ -27,6 +28,12 @@ pub enum BackendKind {
 const CUDA_MISSING: &str = "this headroom was built without CUDA: build it with \
     `cargo build --release --features cuda` on a machine with internet (burn's CUDA backend \
     downloads an LLVM bundle while building) and run it where an NVIDIA driver is installed";
+
+/// How to get ndarray: said wherever `--backend ndarray` meets a build without it.
+#[cfg(all(not(target_arch = "wasm32"), not(feature = "ndarray")))]
+const NDARRAY_MISSING: &str = "this headroom was built without ndarray, which burn deprecates \
+    in favour of flex (`--backend flex`, the CPU backend): for ndarray build it with \
+    `cargo build --release --features ndarray`";
 
 impl BackendKind {
     pub fn name(self) -> &'static str {
@@ -46,6 +53,8 @@ impl BackendKind {
         match self {
             #[cfg(all(not(target_arch = "wasm32"), not(feature = "cuda")))]
             BackendKind::Cuda => Some(CUDA_MISSING),
+            #[cfg(all(not(target_arch = "wasm32"), not(feature = "ndarray")))]
+            BackendKind::Ndarray => Some(NDARRAY_MISSING),
             _ => None,
         }
     }
@@ -61,10 +70,13 @@ impl BackendKind {
         }
         match self {
             BackendKind::Wgpu => wgpu_device(),
-            // burn marks ndarray deprecated in favour of flex; the CLI still offers it, for
-            // comparison and for the tests that pin its losses.
+            // burn marks ndarray deprecated in favour of flex; the CLI still offers it, in
+            // builds with the feature, for comparison.
+            #[cfg(feature = "ndarray")]
             #[allow(deprecated)]
             BackendKind::Ndarray => Device::ndarray(),
+            #[cfg(not(feature = "ndarray"))]
+            BackendKind::Ndarray => unreachable!("unavailable() is checked above"),
             BackendKind::Flex => Device::flex(),
             #[cfg(feature = "cuda")]
             BackendKind::Cuda => Device::cuda(0),

@@ -3,7 +3,7 @@
 //! applies them, but holding the per-parameter state itself. burn keeps that state out of
 //! reach and reads it back only synchronously, which a browser's GPU forbids; here it can be
 //! read asynchronously into a checkpoint and put back (see [`Optimizer::to_bytes`]). Tested
-//! bit for bit against `ModuleOptimizer` on ndarray.
+//! bit for bit against `ModuleOptimizer` on flex.
 
 use std::collections::HashMap;
 
@@ -409,9 +409,8 @@ mod tests {
         read.0
     }
 
-    #[allow(deprecated)]
     fn device() -> Device {
-        Device::ndarray().autodiff()
+        Device::flex().autodiff()
     }
 
     fn gradients(model: &Model, seed: u64) -> GradientsParams {
@@ -454,8 +453,7 @@ mod tests {
                 if step == 1 {
                     let bytes = optimizer.to_bytes().await.unwrap();
                     optimizer = Optimizer::new(&config);
-                    #[allow(deprecated)]
-                    optimizer.load_bytes(&bytes, &Device::ndarray()).unwrap();
+                    optimizer.load_bytes(&bytes, &Device::flex()).unwrap();
                 }
             }
         }
@@ -464,8 +462,7 @@ mod tests {
     #[test]
     fn a_cut_or_padded_state_is_refused_in_words() {
         let mut optimizer = Optimizer::new(&OptimizerConfig::default());
-        #[allow(deprecated)]
-        let device = Device::ndarray();
+        let device = Device::flex();
         for (bytes, expected) in [
             (vec![1, 2, 3], "cut short"),
             (vec![200, 0, 0, 0, 0, 0, 0, 0, b'['], "cut short"),

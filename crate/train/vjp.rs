@@ -10,10 +10,10 @@
 //! A burn backend extension, like [`crate::model::relu`]: only the autodiff backend's
 //! version does anything beyond its value.
 
-// burn marks ndarray deprecated in favour of flex; natively it is a CPU backend still offered.
+// burn marks ndarray deprecated in favour of flex; natively it is an opt-in CPU backend.
 #![allow(deprecated)]
 
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(all(not(target_arch = "wasm32"), feature = "ndarray"))]
 use burn::backend::NdArray;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -43,7 +43,7 @@ fn one_zero<B: Backend>(like: &FloatTensor<B>) -> FloatTensor<B> {
 
 impl VjpSeed for CubeBackend {}
 impl VjpSeed for Flex {}
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(all(not(target_arch = "wasm32"), feature = "ndarray"))]
 impl VjpSeed for NdArray {}
 
 impl<B: Backend, C: CheckpointStrategy> VjpSeed for Autodiff<B, C> {
@@ -88,7 +88,7 @@ mod tests {
     /// gradient reaches a leaf below the seeded tensor.
     #[test]
     fn gives_the_gradient_of_the_dot_product_with_upstream() {
-        let device = Device::ndarray().autodiff();
+        let device = Device::flex().autodiff();
         let x = Tensor::<2>::random([16, 8], Distribution::Normal(0.0, 1.0), &device);
         let weights = Tensor::<2>::random([8, 12], Distribution::Normal(0.0, 1.0), &device);
         let upstream = Tensor::<2>::random([16, 12], Distribution::Normal(0.0, 1.0), &device);

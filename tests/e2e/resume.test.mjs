@@ -76,7 +76,7 @@ test("a saved run survives a reload and a killed renderer: it resumes from its l
   const [download] = await Promise.all([page.waitForEvent("download"), page.click("#export-run")]);
   const runFile = await download.path();
   const evaluated = JSON.parse(
-    execFileSync(process.env.HEADROOM_BIN, ["eval", runFile, "--data", `${shared.server.url}data/fashion-mnist`, "--backend", "ndarray", "--json"], {
+    execFileSync(process.env.HEADROOM_BIN, ["eval", runFile, "--data", `${shared.server.url}data/fashion-mnist`, "--backend", "flex", "--json"], {
       encoding: "utf8",
     }),
   );

@@ -57,7 +57,8 @@ const BROWSER_PAIRS = [
   { headroom: "webgpu", peer: "webgpu", steps: STEPS },
   { headroom: "cpu", peer: "wasm", steps: CPU_STEPS },
 ];
-// flex is the CPU backend; ndarray, which burn deprecates, stays beside it for comparison.
+// flex is the CPU backend; ndarray, which burn deprecates, stays beside it for comparison
+// (web/compare/run builds with the `ndarray` feature).
 const NATIVE_BACKENDS = ["flex", "ndarray", "wgpu"];
 
 const max = (values) => {
