@@ -4,12 +4,15 @@ use burn::prelude::*;
 
 use super::conv::Conv3x3;
 use super::matmul::linear;
+use super::pool::max_pool_2x2;
 use super::relu::relu;
 use super::{InputShape, Segment, glorot};
 
 #[derive(Module, Debug)]
 pub struct ConvBlock {
     conv: Conv3x3,
+    /// 2x2, stride 2. Kept for the records saved before the pool became
+    /// [`max_pool_2x2`], which computes the same.
     pool: MaxPool2d,
     /// The input's height and width: a block is a segment, and segments pass
     /// [batch, features] between them.
@@ -27,7 +30,7 @@ impl ConvBlock {
             self.height,
             self.width,
         ]);
-        let pooled = self.pool.forward(relu(self.conv.forward(images)));
+        let pooled = max_pool_2x2(relu(self.conv.forward(images)));
         pooled.flatten(1, 3)
     }
 }

@@ -7,6 +7,7 @@ pub mod generate;
 mod gpt;
 pub mod matmul;
 mod mlp;
+pub mod pool;
 pub mod relu;
 mod tile_matmul;
 
