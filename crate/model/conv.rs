@@ -1,5 +1,6 @@
-//! conv3x3 with stride 1 and same padding: burn's own conv2d (on flex its backward is
-//! flex's im2col-and-gemm `conv_transpose2d`), except on ndarray, where it is computed
+//! conv3x3 with stride 1 and same padding: burn's own conv2d (on flex its input gradient is
+//! flex's im2col-and-gemm `conv_transpose2d`, and a one- or two-channel input's weight
+//! gradient is crate/model/conv_flex.rs's), except on ndarray, where it is computed
 //! here as nine shifted windows of the padded input and one matmul per image (im2col):
 //! burn-ndarray's own conv2d backward computes the input gradient with a scalar
 //! `conv_transpose2d` loop that took ~90% of a CNN step (25-33 samples/s on 2 cores).
@@ -7,14 +8,9 @@
 use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::module::conv2d;
-use burn::tensor::ops::ConvOptions;
 
+use super::conv_flex::{conv3x3_same, same_padding};
 use super::matmul::matmul;
-
-/// A 3x3 window, stride 1, padded by 1: the output keeps the input's height and width.
-fn same_padding() -> ConvOptions<2> {
-    ConvOptions::new([1, 1], [1, 1], [1, 1], 1)
-}
 
 #[derive(Module, Debug)]
 pub struct Conv3x3 {
@@ -42,7 +38,7 @@ impl Conv3x3 {
         // 2026-12-02): flex ran burn's conv2d at 5,160 samples/s and this im2col at 3,887;
         // ndarray ran burn's at 356 and this one at 2,012.
         if x.device() == Device::flex() {
-            return conv2d(x, self.weight.val(), Some(self.bias.val()), same_padding());
+            return conv3x3_same(x, self.weight.val(), self.bias.val());
         }
         let [batch, _, height, width] = x.dims();
         let [out_channels, ..] = self.weight.dims();

@@ -3,6 +3,7 @@
 
 mod cnn;
 mod conv;
+mod conv_flex;
 pub mod generate;
 mod gpt;
 pub mod matmul;

@@ -1,0 +1,250 @@
+//! The conv3x3 (stride 1, same padding) on flex, with a weight gradient of its own where
+//! the input has one or two channels.
+//!
+//! burn computes a conv's weight gradient as another conv: the input with batch and
+//! channels swapped, convolved with the output gradient as its kernel ([channels, batch,
+//! h, w] by [out, batch, h, w]). Its batch is then the input's channels, which flex splits
+//! over its threads: a first layer on one-channel images is one long task. Here the input's
+//! nine shifted windows are written as rows ([(in, ky, kx), (batch, pixel)], the padding
+//! as zeros, rows split on rayon's threads) and the gradient is one matmul of the output
+//! gradient by them. Release build, 2 cores, batch 64, 28x28, medians of 7x20 calls: 1 to 8
+//! channels 0.82 -> 0.46 ms, 1 to 16 1.78 -> 0.59, 2 to 8 1.29 -> 0.70, but 4 to 8 1.97 ->
+//! 5.47 and 8 to 16 at 14x14 0.99 -> 1.40 (the matmul's transposed operand grows with the
+//! channels), so from three channels on burn's stays. Everything else is burn's: the
+//! forward, the input and bias gradients, and what is kept for backward (the input, the
+//! weight, the bias), so the planner's census does not move.
+//!
+//! A burn backend extension, like [`crate::model::relu`]; only flex is routed here
+//! (crate/model/conv.rs).
+
+// burn marks ndarray deprecated in favour of flex; natively it is an opt-in CPU backend.
+#![allow(deprecated)]
+
+#[cfg(all(not(target_arch = "wasm32"), feature = "ndarray"))]
+use burn::backend::NdArray;
+use burn::backend::autodiff::NodeId;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::flex::FlexTensor;
+use burn::backend::ops::{FloatTensorOps, ModuleOps};
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Autodiff, Backend, DType, Dispatch, Flex, TensorMetadata};
+use burn::prelude::*;
+use burn::tensor::TensorData;
+use burn::tensor::ops::ConvOptions;
+use burn_cubecl::CubeBackend;
+
+/// Where the windows' matmul was measured faster than burn's weight gradient (module docs).
+const MOST_INPUT_CHANNELS_FOR_WINDOWS: usize = 2;
+
+/// A 3x3 window, stride 1, padded by 1: the output keeps the input's height and width.
+pub fn same_padding() -> ConvOptions<2> {
+    ConvOptions::new([1, 1], [1, 1], [1, 1], 1)
+}
+
+headroom_backend_extension! {
+pub trait Conv3x3Same: Backend {
+    /// conv3x3 with stride 1 and same padding, bias added: burn's conv2d.
+    #[fusion(default)]
+    fn conv3x3_same(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::conv2d(x, weight, Some(bias), same_padding())
+    }
+
+    /// The weight's gradient of [`Conv3x3Same::conv3x3_same`]: burn's.
+    #[fusion(default)]
+    fn conv3x3_same_weight_grad(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        Self::conv2d_weight_backward(x, weight, output_grad, same_padding())
+    }
+}
+}
+
+impl Conv3x3Same for CubeBackend {}
+#[cfg(all(not(target_arch = "wasm32"), feature = "ndarray"))]
+impl Conv3x3Same for NdArray {}
+
+impl Conv3x3Same for Flex {
+    fn conv3x3_same_weight_grad(x: FlexTensor, weight: FlexTensor, output_grad: FlexTensor) -> FlexTensor {
+        let [_, in_channels, ..] = x.shape().dims::<4>();
+        let f32_only = [&x, &weight, &output_grad]
+            .iter()
+            .all(|t| t.dtype() == DType::F32);
+        if in_channels > MOST_INPUT_CHANNELS_FOR_WINDOWS || !f32_only {
+            return Self::conv2d_weight_backward(x, weight, output_grad, same_padding());
+        }
+        let [batch, out_channels, height, width] = output_grad.shape().dims::<4>();
+        let pixels = batch * height * width;
+        let windows = FlexTensor::from_data(TensorData::new(
+            window_rows(&x.to_contiguous(), height, width),
+            [in_channels * 9, pixels],
+        ));
+        // [batch, out, h, w] -> [out, (batch, h, w)]: the layout the windows' columns have.
+        let output_grad = Self::float_reshape(
+            Self::float_swap_dims(output_grad, 0, 1),
+            [out_channels, pixels].into(),
+        );
+        let grad = Self::float_matmul(output_grad, Self::float_transpose(windows));
+        Self::float_reshape(grad, [out_channels, in_channels, 3, 3].into())
+    }
+}
+
+/// Row (in, ky, kx), column (image, y, x): the input at (y + ky - 1, x + kx - 1), zero
+/// outside it. `x` is contiguous [batch, in, height, width] f32.
+fn window_rows(x: &FlexTensor, height: usize, width: usize) -> Vec<f32> {
+    let values: &[f32] = x.storage();
+    let [batch, in_channels, ..] = x.shape().dims::<4>();
+    let row_len = batch * height * width;
+    let mut rows = vec![0.0; in_channels * 9 * row_len];
+    let fill = |(row, out): (usize, &mut [f32])| {
+        let (channel, ky, kx) = (row / 9, row % 9 / 3, row % 3);
+        for image in 0..batch {
+            let plane = &values[(image * in_channels + channel) * height * width..][..height * width];
+            for y in 0..height {
+                // The source row y + ky - 1; out of the image it stays zero (padding).
+                let Some(source_y) = (y + ky).checked_sub(1).filter(|&sy| sy < height) else {
+                    continue;
+                };
+                let source = &plane[source_y * width..][..width];
+                let target = &mut out[(image * height + y) * width..][..width];
+                match kx {
+                    0 => target[1..].copy_from_slice(&source[..width - 1]),
+                    1 => target.copy_from_slice(source),
+                    _ => target[..width - 1].copy_from_slice(&source[1..]),
+                }
+            }
+        }
+    };
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        rows.par_chunks_mut(row_len).enumerate().for_each(fill);
+    }
+    #[cfg(target_arch = "wasm32")]
+    rows.chunks_mut(row_len).enumerate().for_each(fill);
+    rows
+}
+
+impl<B: Conv3x3Same, C: CheckpointStrategy> Conv3x3Same for Autodiff<B, C> {
+    fn conv3x3_same(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct Conv3x3SameBackward;
+
+        impl<B: Conv3x3Same> Backward<B, 3> for Conv3x3SameBackward {
+            type State = (NodeId, NodeId, NodeId);
+
+            fn backward(
+                self,
+                ops: Ops<Self::State, 3>,
+                grads: &mut Gradients,
+                checkpointer: &mut Checkpointer,
+            ) {
+                let [x_node, weight_node, bias_node] = ops.parents;
+                let grad = grads.consume::<B>(&ops.node);
+                let (x, weight, bias) = ops.state;
+                let x: FloatTensor<B> = checkpointer.retrieve_node_output(x);
+                let weight: FloatTensor<B> = checkpointer.retrieve_node_output(weight);
+                let bias: FloatTensor<B> = checkpointer.retrieve_node_output(bias);
+                if let Some(node) = x_node {
+                    let x_grad =
+                        B::conv2d_x_backward(x.clone(), weight.clone(), grad.clone(), same_padding());
+                    grads.register::<B>(node.id, x_grad);
+                }
+                if let Some(node) = weight_node {
+                    let weight_grad = B::conv3x3_same_weight_grad(x.clone(), weight, grad.clone());
+                    grads.register::<B>(node.id, weight_grad);
+                }
+                if let Some(node) = bias_node {
+                    grads.register::<B>(node.id, B::conv2d_bias_backward(x, bias, grad));
+                }
+            }
+        }
+
+        // As burn's conv2d: compute-bound, keeping its input, weight and bias.
+        match Conv3x3SameBackward
+            .prepare::<C>([x.node(), weight.node(), bias.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(mut prep) => {
+                let state = (
+                    prep.checkpoint(&x),
+                    prep.checkpoint(&weight),
+                    prep.checkpoint(&bias),
+                );
+                let output =
+                    B::conv3x3_same(x.into_primitive(), weight.into_primitive(), bias.into_primitive());
+                prep.finish(state, output)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::conv3x3_same(
+                x.into_primitive(),
+                weight.into_primitive(),
+                bias.into_primitive(),
+            )),
+        }
+    }
+}
+
+/// [batch, in, h, w] by [out, in, 3, 3], plus [out] -> [batch, out, h, w] (see the module's docs).
+pub fn conv3x3_same(x: Tensor<4>, weight: Tensor<4>, bias: Tensor<1>) -> Tensor<4> {
+    Tensor::from_dispatch(<Dispatch as Conv3x3Same>::conv3x3_same(
+        x.into_dispatch(),
+        weight.into_dispatch(),
+        bias.into_dispatch(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::module::conv2d;
+    use burn::tensor::{Distribution, Tolerance};
+
+    use super::*;
+
+    /// The same output and the same three gradients as burn's conv2d on flex, with one
+    /// and two input channels (the windows' weight gradient) and with three (burn's), on
+    /// images that are neither square nor a multiple of anything.
+    #[test]
+    fn equals_burns_conv2d_forward_and_backward_on_flex() {
+        for in_channels in [1, 2, 3] {
+            equals_burns_conv2d(in_channels);
+        }
+    }
+
+    fn equals_burns_conv2d(in_channels: usize) {
+        let device = Device::flex().autodiff();
+        let random = |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+        let x = random([3, in_channels, 7, 5]);
+        let weight = random([4, in_channels, 3, 3]);
+        let bias = Tensor::<1>::random([4], Distribution::Normal(0.0, 1.0), &device);
+        let upstream = random([3, 4, 7, 5]);
+        let run = |conv: &dyn Fn(Tensor<4>, Tensor<4>, Tensor<1>) -> Tensor<4>| {
+            let leaves = (
+                x.clone().require_grad(),
+                weight.clone().require_grad(),
+                bias.clone().require_grad(),
+            );
+            let output = conv(leaves.0.clone(), leaves.1.clone(), leaves.2.clone());
+            let grads = (output.clone() * upstream.clone()).sum().backward();
+            [
+                output.inner().into_data(),
+                leaves.0.grad(&grads).unwrap().into_data(),
+                leaves.1.grad(&grads).unwrap().into_data(),
+                leaves.2.grad(&grads).unwrap().into_data(),
+            ]
+        };
+        let ours = run(&conv3x3_same);
+        let burns = run(&|x, weight, bias| conv2d(x, weight, Some(bias), same_padding()));
+        for (ours, burns) in ours.iter().zip(&burns) {
+            ours.assert_approx_eq::<f32>(burns, Tolerance::rel_abs(1e-5, 1e-5));
+        }
+    }
+}
