@@ -1,6 +1,6 @@
 //! conv3x3 with stride 1 and same padding: burn's own conv2d (on flex its input gradient is
-//! flex's im2col-and-gemm `conv_transpose2d`, and a one- or two-channel input's weight
-//! gradient is crate/model/conv_flex.rs's), except on ndarray, where it is computed
+//! flex's im2col-and-gemm `conv_transpose2d`, and its weight gradient is
+//! crate/model/conv_flex.rs's), except on ndarray, where it is computed
 //! here as nine shifted windows of the padded input and one matmul per image (im2col):
 //! burn-ndarray's own conv2d backward computes the input gradient with a scalar
 //! `conv_transpose2d` loop that took ~90% of a CNN step (25-33 samples/s on 2 cores).

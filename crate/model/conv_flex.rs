@@ -1,18 +1,19 @@
-//! The conv3x3 (stride 1, same padding) on flex, with a weight gradient of its own where
-//! the input has one or two channels.
+//! The conv3x3 (stride 1, same padding) on flex, with a weight gradient of its own.
 //!
 //! burn computes a conv's weight gradient as another conv: the input with batch and
-//! channels swapped, convolved with the output gradient as its kernel ([channels, batch,
-//! h, w] by [out, batch, h, w]). Its batch is then the input's channels, which flex splits
-//! over its threads: a first layer on one-channel images is one long task. Here the input's
-//! nine shifted windows are written as rows ([(in, ky, kx), (batch, pixel)], the padding
-//! as zeros, rows split on rayon's threads) and the gradient is one matmul of the output
-//! gradient by them. Release build, 2 cores, batch 64, 28x28, medians of 7x20 calls: 1 to 8
-//! channels 0.82 -> 0.46 ms, 1 to 16 1.78 -> 0.59, 2 to 8 1.29 -> 0.70, but 4 to 8 1.97 ->
-//! 5.47 and 8 to 16 at 14x14 0.99 -> 1.40 (the matmul's transposed operand grows with the
-//! channels), so from three channels on burn's stays. Everything else is burn's: the
-//! forward, the input and bias gradients, and what is kept for backward (the input, the
-//! weight, the bias), so the planner's census does not move.
+//! channels swapped, convolved with the output gradient as its kernel ([in, batch, h, w]
+//! by [out, batch, h, w]). Its batch is then the input's channels, which flex splits over
+//! its threads (a first layer on one-channel images is one long task), and its kernel is
+//! as large as the image. Here each image's nine shifted windows are written as rows
+//! ([(in, ky, kx), pixel], the padding as zeros, images split on rayon's threads), each
+//! image's output gradient times its rows' transpose is one small matmul of a batched
+//! matmul, and the images' products are summed. Release build, 2 cores, batch 64, medians
+//! of 7x20 calls, burn's against this: 1 to 8 channels at 28x28 0.83 -> 0.32 ms, 4 to 8
+//! 1.39 -> 0.86, 8 to 16 at 14x14 0.83 -> 0.58, 16 to 32 2.71 -> 1.34. (One matmul over the
+//! whole batch, the rows [(in, ky, kx), (image, pixel)], was slower from four channels on:
+//! 4.8 ms for 4 to 8, its transposed operand long and its small dimensions unsplit.)
+//! Everything else is burn's: the forward, the input and bias gradients, and what is kept
+//! for backward (the input, the weight, the bias), so the planner's census does not move.
 //!
 //! A burn backend extension, like [`crate::model::relu`]; only flex is routed here
 //! (crate/model/conv.rs).
@@ -35,9 +36,6 @@ use burn::prelude::*;
 use burn::tensor::TensorData;
 use burn::tensor::ops::ConvOptions;
 use burn_cubecl::CubeBackend;
-
-/// Where the windows' matmul was measured faster than burn's weight gradient (module docs).
-const MOST_INPUT_CHANNELS_FOR_WINDOWS: usize = 2;
 
 /// A 3x3 window, stride 1, padded by 1: the output keeps the input's height and width.
 pub fn same_padding() -> ConvOptions<2> {
@@ -70,47 +68,51 @@ impl Conv3x3Same for NdArray {}
 
 impl Conv3x3Same for Flex {
     fn conv3x3_same_weight_grad(x: FlexTensor, weight: FlexTensor, output_grad: FlexTensor) -> FlexTensor {
-        let [_, in_channels, ..] = x.shape().dims::<4>();
         let f32_only = [&x, &weight, &output_grad]
             .iter()
             .all(|t| t.dtype() == DType::F32);
-        if in_channels > MOST_INPUT_CHANNELS_FOR_WINDOWS || !f32_only {
+        if !f32_only {
             return Self::conv2d_weight_backward(x, weight, output_grad, same_padding());
         }
-        let [batch, out_channels, height, width] = output_grad.shape().dims::<4>();
-        let pixels = batch * height * width;
-        let windows = FlexTensor::from_data(TensorData::new(
-            window_rows(&x.to_contiguous(), height, width),
-            [in_channels * 9, pixels],
-        ));
-        // [batch, out, h, w] -> [out, (batch, h, w)]: the layout the windows' columns have.
-        let output_grad = Self::float_reshape(
-            Self::float_swap_dims(output_grad, 0, 1),
-            [out_channels, pixels].into(),
-        );
-        let grad = Self::float_matmul(output_grad, Self::float_transpose(windows));
-        Self::float_reshape(grad, [out_channels, in_channels, 3, 3].into())
+        windows_weight_grad(&x, output_grad)
     }
 }
 
-/// Row (in, ky, kx), column (image, y, x): the input at (y + ky - 1, x + kx - 1), zero
+/// The weight gradient as each image's output gradient times its windows, summed over
+/// the images (module docs).
+fn windows_weight_grad(x: &FlexTensor, output_grad: FlexTensor) -> FlexTensor {
+    let [batch, in_channels, height, width] = x.shape().dims::<4>();
+    let out_channels = output_grad.shape().dims::<4>()[1];
+    let (rows, pixels) = (in_channels * 9, height * width);
+    let windows = FlexTensor::from_data(TensorData::new(
+        window_rows(&x.to_contiguous(), height, width),
+        [batch, rows, pixels],
+    ));
+    let output_grad = Flex::float_reshape(output_grad, [batch, out_channels, pixels].into());
+    let per_image = Flex::float_matmul(output_grad, Flex::float_swap_dims(windows, 1, 2));
+    let grad = Flex::float_sum_dim(per_image, 0);
+    Flex::float_reshape(grad, [out_channels, in_channels, 3, 3].into())
+}
+
+/// Per image, row (in, ky, kx), column (y, x): the input at (y + ky - 1, x + kx - 1), zero
 /// outside it. `x` is contiguous [batch, in, height, width] f32.
 fn window_rows(x: &FlexTensor, height: usize, width: usize) -> Vec<f32> {
     let values: &[f32] = x.storage();
     let [batch, in_channels, ..] = x.shape().dims::<4>();
-    let row_len = batch * height * width;
-    let mut rows = vec![0.0; in_channels * 9 * row_len];
-    let fill = |(row, out): (usize, &mut [f32])| {
-        let (channel, ky, kx) = (row / 9, row % 9 / 3, row % 3);
-        for image in 0..batch {
-            let plane = &values[(image * in_channels + channel) * height * width..][..height * width];
+    let pixels = height * width;
+    let image_len = in_channels * 9 * pixels;
+    let mut windows = vec![0.0; batch * image_len];
+    let fill = |(image, out): (usize, &mut [f32])| {
+        for (row, out) in out.chunks_exact_mut(pixels).enumerate() {
+            let (channel, ky, kx) = (row / 9, row % 9 / 3, row % 3);
+            let plane = &values[(image * in_channels + channel) * pixels..][..pixels];
             for y in 0..height {
                 // The source row y + ky - 1; out of the image it stays zero (padding).
                 let Some(source_y) = (y + ky).checked_sub(1).filter(|&sy| sy < height) else {
                     continue;
                 };
                 let source = &plane[source_y * width..][..width];
-                let target = &mut out[(image * height + y) * width..][..width];
+                let target = &mut out[y * width..][..width];
                 match kx {
                     0 => target[1..].copy_from_slice(&source[..width - 1]),
                     1 => target.copy_from_slice(source),
@@ -122,11 +124,11 @@ fn window_rows(x: &FlexTensor, height: usize, width: usize) -> Vec<f32> {
     #[cfg(not(target_arch = "wasm32"))]
     {
         use rayon::prelude::*;
-        rows.par_chunks_mut(row_len).enumerate().for_each(fill);
+        windows.par_chunks_mut(image_len).enumerate().for_each(fill);
     }
     #[cfg(target_arch = "wasm32")]
-    rows.chunks_mut(row_len).enumerate().for_each(fill);
-    rows
+    windows.chunks_mut(image_len).enumerate().for_each(fill);
+    windows
 }
 
 impl<B: Conv3x3Same, C: CheckpointStrategy> Conv3x3Same for Autodiff<B, C> {
@@ -209,9 +211,9 @@ mod tests {
 
     use super::*;
 
-    /// The same output and the same three gradients as burn's conv2d on flex, with one
-    /// and two input channels (the windows' weight gradient) and with three (burn's), on
-    /// images that are neither square nor a multiple of anything.
+    /// The same output and the same three gradients as burn's conv2d on flex, with one,
+    /// two and three input channels, on images that are neither square nor a multiple of
+    /// anything.
     #[test]
     fn equals_burns_conv2d_forward_and_backward_on_flex() {
         for in_channels in [1, 2, 3] {
