@@ -1,7 +1,6 @@
-//! conv3x3 with stride 1 and same padding: burn's own conv2d (on flex its input gradient is
-//! flex's im2col-and-gemm `conv_transpose2d`, and its weight gradient is
-//! crate/model/conv_flex.rs's), except on ndarray, where it is computed
-//! here as nine shifted windows of the padded input and one matmul per image (im2col):
+//! conv3x3 with stride 1 and same padding: burn's own conv2d on the GPU, Headroom's on flex
+//! (crate/model/conv_flex.rs: each image's windows and batched matmuls), and on ndarray
+//! one computed here as nine shifted windows of the padded input and one matmul per image (im2col):
 //! burn-ndarray's own conv2d backward computes the input gradient with a scalar
 //! `conv_transpose2d` loop that took ~90% of a CNN step (25-33 samples/s on 2 cores).
 
@@ -36,7 +35,9 @@ impl Conv3x3 {
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
         // Side by side on the comparison's CNN (8,16 channels, batch 64, dev build, 2 cores,
         // 2026-12-02): flex ran burn's conv2d at 5,160 samples/s and this im2col at 3,887;
-        // ndarray ran burn's at 356 and this one at 2,012.
+        // ndarray ran burn's at 356 and this one at 2,012. Since 2026-12-04 flex takes
+        // conv_flex's windows, which keep only the input as burn's does (release build:
+        // 8,196 -> 15,579 samples/s with the pool, README "Side by side").
         if x.device() == Device::flex() {
             return conv3x3_same(x, self.weight.val(), self.bias.val());
         }

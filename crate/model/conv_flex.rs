@@ -1,25 +1,31 @@
-//! The conv3x3 (stride 1, same padding) on flex, with a weight gradient of its own and,
-//! from two input channels on, a forward of its own.
+//! The conv3x3 (stride 1, same padding) on flex, computed from each image's nine shifted
+//! windows: its forward (from two input channels on), its input gradient and its weight
+//! gradient.
 //!
-//! burn computes a conv's weight gradient as another conv: the input with batch and
-//! channels swapped, convolved with the output gradient as its kernel ([in, batch, h, w]
-//! by [out, batch, h, w]). Its batch is then the input's channels, which flex splits over
-//! its threads (a first layer on one-channel images is one long task), and its kernel is
-//! as large as the image. Here each image's nine shifted windows are written as rows
-//! ([(in, ky, kx), pixel], the padding as zeros, images split on rayon's threads), each
-//! image's output gradient times its rows' transpose is one small matmul of a batched
-//! matmul, and the images' products are summed. Release build, 2 cores, batch 64, medians
-//! of 7x20 calls, burn's against this: 1 to 8 channels at 28x28 0.83 -> 0.32 ms, 4 to 8
-//! 1.39 -> 0.86, 8 to 16 at 14x14 0.83 -> 0.58, 16 to 32 2.71 -> 1.34. (One matmul over the
-//! whole batch, the rows [(in, ky, kx), (image, pixel)], was slower from four channels on:
-//! 4.8 ms for 4 to 8, its transposed operand long and its small dimensions unsplit.)
-//! The forward, from two input channels on, is the kernel times the same windows, one
-//! batched matmul over the images, plus the bias: burn's against this, 2 to 8 channels at
-//! 28x28 1.06 -> 0.49 ms, 4 to 8 1.83 -> 0.82, 8 to 16 3.98 -> 1.51, at 14x14 1.15 -> 0.55,
-//! 16 to 32 2.00 -> 1.24; with one input channel flex's conv was as fast (0.34 against
-//! 0.37 ms), so it stays. Everything else is burn's: the input and bias gradients, and what
-//! is kept for backward (the input, the weight, the bias; the windows are freed as soon as
-//! they are multiplied), so the planner's census does not move.
+//! The windows: per image, row (in, ky, kx) is the input shifted by (ky - 1, kx - 1), the
+//! padding as zeros, images split on rayon's threads. Then everything is one batched
+//! matmul over the images:
+//! - forward: the kernel [out, (in, ky, kx)] times the windows, plus the bias. Release
+//!   build, 2 cores, batch 64, medians of 7x20 calls, flex's conv2d against this: 2 to 8
+//!   channels at 28x28 1.06 -> 0.49 ms, 4 to 8 1.83 -> 0.82, 8 to 16 3.98 -> 1.51, at 14x14
+//!   1.15 -> 0.55, 16 to 32 2.00 -> 1.24. With one input channel flex's conv (it has a
+//!   path for few channels) was as fast, 0.34 against 0.37 ms, so it stays.
+//! - weight gradient: each image's output gradient times its windows' transpose, summed
+//!   over the images. burn's is another conv, the input with batch and channels swapped
+//!   convolved with the output gradient as its kernel: its batch is then the input's
+//!   channels, which flex splits over its threads (a first layer on one-channel images is
+//!   one long task). burn's against this: 1 to 8 at 28x28 0.83 -> 0.32 ms, 4 to 8 1.39 ->
+//!   0.86, 8 to 16 at 14x14 0.83 -> 0.58, 16 to 32 2.71 -> 1.34. (One matmul over the whole
+//!   batch was slower from four channels on: 4.8 ms for 4 to 8, its transposed operand long
+//!   and its small dimensions unsplit.)
+//! - input gradient: the kernel's transpose times each image's output gradient (the
+//!   windows' gradient), each window row added back where it was read, in place of flex's
+//!   `conv_transpose2d`. Measured only in training (8 to 16 at 14x14 is the one layer that
+//!   needs it in the comparison's CNN): 12,636 -> 15,579 samples/s.
+//!
+//! The bias gradient is burn's, and so is what is kept for backward (the input, the weight,
+//! the bias; the windows are freed as soon as they are multiplied), so the planner's census
+//! does not move.
 //!
 //! A burn backend extension, like [`crate::model::relu`]; only flex is routed here
 //! (crate/model/conv.rs).
@@ -56,6 +62,16 @@ pub trait Conv3x3Same: Backend {
         Self::conv2d(x, weight, Some(bias), same_padding())
     }
 
+    /// The input's gradient of [`Conv3x3Same::conv3x3_same`]: burn's.
+    #[fusion(default)]
+    fn conv3x3_same_input_grad(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        Self::conv2d_x_backward(x, weight, output_grad, same_padding())
+    }
+
     /// The weight's gradient of [`Conv3x3Same::conv3x3_same`]: burn's.
     #[fusion(default)]
     fn conv3x3_same_weight_grad(
@@ -83,6 +99,16 @@ impl Conv3x3Same for Flex {
         windows_forward(&x, weight, bias)
     }
 
+    fn conv3x3_same_input_grad(x: FlexTensor, weight: FlexTensor, output_grad: FlexTensor) -> FlexTensor {
+        let f32_only = [&x, &weight, &output_grad]
+            .iter()
+            .all(|t| t.dtype() == DType::F32);
+        if !f32_only {
+            return Self::conv2d_x_backward(x, weight, output_grad, same_padding());
+        }
+        windows_input_grad(weight, output_grad)
+    }
+
     fn conv3x3_same_weight_grad(x: FlexTensor, weight: FlexTensor, output_grad: FlexTensor) -> FlexTensor {
         let f32_only = [&x, &weight, &output_grad]
             .iter()
@@ -108,6 +134,60 @@ fn windows_forward(x: &FlexTensor, weight: FlexTensor, bias: FlexTensor) -> Flex
     let output = Flex::float_matmul(kernel, windows);
     let output = Flex::float_add(output, Flex::float_reshape(bias, [1, out_channels, 1].into()));
     Flex::float_reshape(output, [batch, out_channels, height, width].into())
+}
+
+/// The input gradient: each image's windows' gradient (the kernel's transpose times its
+/// output gradient, one batched matmul), each window row added back where it was read.
+fn windows_input_grad(weight: FlexTensor, output_grad: FlexTensor) -> FlexTensor {
+    let [batch, out_channels, height, width] = output_grad.shape().dims::<4>();
+    let in_channels = weight.shape().dims::<4>()[1];
+    let (rows, pixels) = (in_channels * 9, height * width);
+    let kernel = Flex::float_reshape(weight, [out_channels, rows].into());
+    let kernel = Flex::float_reshape(Flex::float_transpose(kernel), [1, rows, out_channels].into());
+    let output_grad = Flex::float_reshape(output_grad, [batch, out_channels, pixels].into());
+    let window_grads = Flex::float_matmul(kernel, output_grad).to_contiguous();
+    let input_grad = add_window_rows(&window_grads, in_channels, height, width);
+    FlexTensor::from_data(TensorData::new(input_grad, [batch, in_channels, height, width]))
+}
+
+/// The reverse of [`window_rows`]: per image, row (in, ky, kx)'s value at column (y, x) is
+/// added to the input at (y + ky - 1, x + kx - 1) where that is inside it. `window_grads`
+/// is contiguous [batch, (in, ky, kx), (y, x)] f32.
+fn add_window_rows(window_grads: &FlexTensor, in_channels: usize, height: usize, width: usize) -> Vec<f32> {
+    let values: &[f32] = window_grads.storage();
+    let pixels = height * width;
+    let image_len = in_channels * pixels;
+    let mut input_grad = vec![0.0; values.len() / 9];
+    let add = |(image, out): (usize, &mut [f32])| {
+        let image_rows = &values[image * 9 * image_len..][..9 * image_len];
+        for (row, grad) in image_rows.chunks_exact(pixels).enumerate() {
+            let (channel, ky, kx) = (row / 9, row % 9 / 3, row % 3);
+            let plane = &mut out[channel * pixels..][..pixels];
+            for y in 0..height {
+                let Some(target_y) = (y + ky).checked_sub(1).filter(|&ty| ty < height) else {
+                    continue;
+                };
+                let source = &grad[y * width..][..width];
+                let target = &mut plane[target_y * width..][..width];
+                let (target, source) = match kx {
+                    0 => (&mut target[..width - 1], &source[1..]),
+                    1 => (target, source),
+                    _ => (&mut target[1..], &source[..width - 1]),
+                };
+                for (target, source) in target.iter_mut().zip(source) {
+                    *target += source;
+                }
+            }
+        }
+    };
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use rayon::prelude::*;
+        input_grad.par_chunks_mut(image_len).enumerate().for_each(add);
+    }
+    #[cfg(target_arch = "wasm32")]
+    input_grad.chunks_mut(image_len).enumerate().for_each(add);
+    input_grad
 }
 
 /// The weight gradient as each image's output gradient times its windows, summed over
@@ -188,8 +268,7 @@ impl<B: Conv3x3Same, C: CheckpointStrategy> Conv3x3Same for Autodiff<B, C> {
                 let weight: FloatTensor<B> = checkpointer.retrieve_node_output(weight);
                 let bias: FloatTensor<B> = checkpointer.retrieve_node_output(bias);
                 if let Some(node) = x_node {
-                    let x_grad =
-                        B::conv2d_x_backward(x.clone(), weight.clone(), grad.clone(), same_padding());
+                    let x_grad = B::conv3x3_same_input_grad(x.clone(), weight.clone(), grad.clone());
                     grads.register::<B>(node.id, x_grad);
                 }
                 if let Some(node) = weight_node {
