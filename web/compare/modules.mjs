@@ -4,7 +4,7 @@
 // (every module once per round, a fresh browser each time) so a noisy minute burdens all.
 //   HEADROOM_BIN=target/release/headroom node web/compare/modules.mjs \
 //     --modules oz=/tmp/oz.wasm,o3=static/pkg/headroom_bg.wasm [--backend cpu|webgpu] \
-//     [--rounds 3] [--steps 200] [--skip 50]
+//     [--rounds 3] [--steps 200] [--skip 50] [--model mlp|cnn]
 // A module is a .wasm file (served with static/pkg's JS glue, so it must come from the same
 // crate surface) or a folder holding wasm-bindgen's headroom.js and headroom_bg.wasm.
 // --skip: the steps left out of the median; on the CPU V8 runs the first ~35 on Liftoff's
@@ -22,9 +22,17 @@ const { values: options } = parseArgs({
     rounds: { type: "string", default: "3" },
     steps: { type: "string", default: "200" },
     skip: { type: "string" },
+    model: { type: "string", default: "mlp" },
   },
 });
-const BATCH = 256;
+// The comparison's two cases (web/compare/run.mjs): the MLP at batch 256, the CNN at 64.
+const CASES = {
+  mlp: { model: "mlp", layers: [128], batch: 256, title: "MLP 784-128-10" },
+  cnn: { model: "cnn", layers: [8, 16], batch: 64, title: "CNN 8,16 ch" },
+};
+const CASE = CASES[options.model];
+if (!CASE) throw new Error(`--model takes mlp or cnn, got "${options.model}"`);
+const BATCH = CASE.batch;
 const ROUNDS = Number(options.rounds);
 const STEPS = Number(options.steps);
 const SKIP = Number(options.skip ?? (options.backend === "cpu" ? 50 : 3));
@@ -62,7 +70,7 @@ try {
         const browser = await launchChromium();
         try {
           const run = await runCompareCase(browser, servers.get(m.name).url, {
-            framework: "headroom", backend: options.backend, model: "mlp", layers: [128], batch: BATCH,
+            framework: "headroom", backend: options.backend, model: CASE.model, layers: CASE.layers, batch: BATCH,
             steps: STEPS, eval_samples: 100, learning_rate: 1e-3, epsilon: 1e-8, data: "/data/fashion-mnist/",
           });
           const kept = run.steps.slice(SKIP).map((s) => s.seconds * 1000);
@@ -82,7 +90,7 @@ try {
 } finally {
   rmSync(parent, { recursive: true, force: true });
 }
-console.log(`\nMLP 784-128-10, batch ${BATCH}, ${options.backend}, ${ROUNDS} rounds of ${STEPS} steps: medians over the rounds (range)`);
+console.log(`\n${CASE.title}, batch ${BATCH}, ${options.backend}, ${ROUNDS} rounds of ${STEPS} steps: medians over the rounds (range)`);
 for (const [name, rounds] of results) {
   const ms = rounds.map((r) => r.ms).sort((a, b) => a - b);
   const throughput = rounds.map((r) => r.throughput).sort((a, b) => a - b);
