@@ -53,3 +53,44 @@ impl std::str::FromStr for Codec {
             .ok_or_else(|| format!("unknown codec '{s}' (expected lz4 or deflate)"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<u8> {
+        (0..20_000u32).map(|i| (i * i % 251) as u8).collect()
+    }
+
+    #[test]
+    fn both_codecs_give_back_what_they_compressed() {
+        for codec in Codec::ALL {
+            let raw = sample();
+            assert_eq!(
+                codec.decompress(&codec.compress(&raw), raw.len()).unwrap(),
+                raw,
+                "{codec:?}"
+            );
+        }
+    }
+
+    /// A body that decodes to more or fewer bytes than the manifest says, or does not decode,
+    /// is an error naming why, not a chunk.
+    #[test]
+    fn a_deflate_body_of_the_wrong_size_or_corrupt_is_an_error() {
+        let raw = sample();
+        let compressed = Codec::Deflate.compress(&raw);
+        let longer = Codec::Deflate.decompress(&compressed, raw.len() - 1).unwrap_err();
+        assert!(longer.starts_with("inflate failed"), "{longer}");
+        let shorter = Codec::Deflate.decompress(&compressed, raw.len() + 1).unwrap_err();
+        assert!(shorter.contains("manifest says"), "{shorter}");
+        let truncated = Codec::Deflate
+            .decompress(&compressed[..compressed.len() / 2], raw.len())
+            .unwrap_err();
+        assert!(truncated.starts_with("inflate failed"), "{truncated}");
+        let mut corrupt = compressed.clone();
+        corrupt[0] ^= 0xff;
+        let corrupt = Codec::Deflate.decompress(&corrupt, raw.len()).unwrap_err();
+        assert!(corrupt.starts_with("inflate failed"), "{corrupt}");
+    }
+}
