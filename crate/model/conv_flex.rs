@@ -3,8 +3,8 @@
 //! gradient.
 //!
 //! The windows: per image, row (in, ky, kx) is the input shifted by (ky - 1, kx - 1), the
-//! padding as zeros, images split on rayon's threads. Then everything is one batched
-//! matmul over the images:
+//! padding as zeros, images split over threads natively (`platform::for_each_chunk_mut`).
+//! Then everything is one batched matmul over the images:
 //! - forward: the kernel [out, (in, ky, kx)] times the windows, plus the bias. Release
 //!   build, 2 cores, batch 64, medians of 7x20 calls, flex's conv2d against this: 2 to 8
 //!   channels at 28x28 1.06 -> 0.49 ms, 4 to 8 1.83 -> 0.82, 8 to 16 3.98 -> 1.51, at 14x14
@@ -91,33 +91,31 @@ impl Conv3x3Same for NdArray {}
 impl Conv3x3Same for Flex {
     fn conv3x3_same(x: FlexTensor, weight: FlexTensor, bias: FlexTensor) -> FlexTensor {
         let [_, in_channels, ..] = x.shape().dims::<4>();
-        let f32_only = [&x, &weight, &bias].iter().all(|t| t.dtype() == DType::F32);
         // With one input channel flex's own conv (a path for few channels) was as fast.
-        if in_channels < 2 || !f32_only {
+        if in_channels < 2 || !all_f32([&x, &weight, &bias]) {
             return Self::conv2d(x, weight, Some(bias), same_padding());
         }
         windows_forward(&x, weight, bias)
     }
 
     fn conv3x3_same_input_grad(x: FlexTensor, weight: FlexTensor, output_grad: FlexTensor) -> FlexTensor {
-        let f32_only = [&x, &weight, &output_grad]
-            .iter()
-            .all(|t| t.dtype() == DType::F32);
-        if !f32_only {
+        if !all_f32([&x, &weight, &output_grad]) {
             return Self::conv2d_x_backward(x, weight, output_grad, same_padding());
         }
         windows_input_grad(weight, output_grad)
     }
 
     fn conv3x3_same_weight_grad(x: FlexTensor, weight: FlexTensor, output_grad: FlexTensor) -> FlexTensor {
-        let f32_only = [&x, &weight, &output_grad]
-            .iter()
-            .all(|t| t.dtype() == DType::F32);
-        if !f32_only {
+        if !all_f32([&x, &weight, &output_grad]) {
             return Self::conv2d_weight_backward(x, weight, output_grad, same_padding());
         }
         windows_weight_grad(&x, output_grad)
     }
+}
+
+/// The windows are written for f32 only; other precisions take flex's own ops.
+fn all_f32(tensors: [&FlexTensor; 3]) -> bool {
+    tensors.iter().all(|tensor| tensor.dtype() == DType::F32)
 }
 
 /// The output as the kernel times each image's windows, plus the bias (module docs).
@@ -158,7 +156,7 @@ fn add_window_rows(window_grads: &FlexTensor, in_channels: usize, height: usize,
     let pixels = height * width;
     let image_len = in_channels * pixels;
     let mut input_grad = vec![0.0; values.len() / 9];
-    let add = |(image, out): (usize, &mut [f32])| {
+    let add = |image, out: &mut [f32]| {
         let image_rows = &values[image * 9 * image_len..][..9 * image_len];
         for (row, grad) in image_rows.chunks_exact(pixels).enumerate() {
             let (channel, ky, kx) = (row / 9, row % 9 / 3, row % 3);
@@ -180,13 +178,7 @@ fn add_window_rows(window_grads: &FlexTensor, in_channels: usize, height: usize,
             }
         }
     };
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        use rayon::prelude::*;
-        input_grad.par_chunks_mut(image_len).enumerate().for_each(add);
-    }
-    #[cfg(target_arch = "wasm32")]
-    input_grad.chunks_mut(image_len).enumerate().for_each(add);
+    crate::platform::for_each_chunk_mut(&mut input_grad, image_len, add);
     input_grad
 }
 
@@ -214,7 +206,7 @@ fn window_rows(x: &FlexTensor, height: usize, width: usize) -> Vec<f32> {
     let pixels = height * width;
     let image_len = in_channels * 9 * pixels;
     let mut windows = vec![0.0; batch * image_len];
-    let fill = |(image, out): (usize, &mut [f32])| {
+    let fill = |image, out: &mut [f32]| {
         for (row, out) in out.chunks_exact_mut(pixels).enumerate() {
             let (channel, ky, kx) = (row / 9, row % 9 / 3, row % 3);
             let plane = &values[(image * in_channels + channel) * pixels..][..pixels];
@@ -233,13 +225,7 @@ fn window_rows(x: &FlexTensor, height: usize, width: usize) -> Vec<f32> {
             }
         }
     };
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        use rayon::prelude::*;
-        windows.par_chunks_mut(image_len).enumerate().for_each(fill);
-    }
-    #[cfg(target_arch = "wasm32")]
-    windows.chunks_mut(image_len).enumerate().for_each(fill);
+    crate::platform::for_each_chunk_mut(&mut windows, image_len, fill);
     windows
 }
 

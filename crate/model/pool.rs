@@ -55,7 +55,7 @@ impl MaxPool2x2 for NdArray {}
 impl MaxPool2x2 for Flex {
     fn max_pool_2x2_with_indices(x: FloatTensor<Self>) -> (FloatTensor<Self>, IntTensor<Self>) {
         let int_dtype = get_or_init_device_settings::<Self>(&x.device()).int_dtype;
-        let [_, _, height, width] = x.shape().dims::<4>();
+        let [batch, channels, height, width] = x.shape().dims::<4>();
         let fast = x.dtype() == DType::F32
             && height % 2 == 0
             && width % 2 == 0
@@ -66,7 +66,6 @@ impl MaxPool2x2 for Flex {
             return (pooled.output, pooled.indices);
         }
         let (maxima, indices) = pool_planes(&x.to_contiguous(), height, width);
-        let [batch, channels, ..] = x.shape().dims::<4>();
         let shape = [batch, channels, height / 2, width / 2];
         let indices = match int_dtype {
             IntDType::I32 => TensorData::new(indices, shape),
@@ -80,32 +79,22 @@ impl MaxPool2x2 for Flex {
 }
 
 /// The maxima and their in-plane indices of every [height, width] plane of a contiguous
-/// f32 tensor, both even. Natively the planes are split over rayon's threads, as flex
-/// splits its own ops: run on the calling thread alone, beside flex's workers still
-/// spinning from the op before, it made the CNN's step slower (7,144 against 7,859
-/// samples/s), where with one thread for both it was faster (6,752 against 5,760).
+/// f32 tensor, both even; the planes split over threads natively
+/// (`platform::for_each_chunk_mut`).
 fn pool_planes(x: &FlexTensor, height: usize, width: usize) -> (Vec<f32>, Vec<i32>) {
     let values: &[f32] = x.storage();
     let (plane_in, plane_out) = (height * width, height * width / 4);
     let mut maxima = vec![0.0; values.len() / 4];
     let mut indices = vec![0; values.len() / 4];
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        use rayon::prelude::*;
-        maxima
-            .par_chunks_mut(plane_out)
-            .zip(indices.par_chunks_mut(plane_out))
-            .zip(values.par_chunks(plane_in))
-            .for_each(|((maxima, indices), plane)| pool_plane(plane, width, maxima, indices));
-    }
-    #[cfg(target_arch = "wasm32")]
-    for ((maxima, indices), plane) in maxima
+    // Each plane's two outputs, as one item to hand out.
+    let mut outputs: Vec<(&mut [f32], &mut [i32])> = maxima
         .chunks_mut(plane_out)
         .zip(indices.chunks_mut(plane_out))
-        .zip(values.chunks(plane_in))
-    {
-        pool_plane(plane, width, maxima, indices);
-    }
+        .collect();
+    crate::platform::for_each_chunk_mut(&mut outputs, 1, |plane, output| {
+        let (maxima, indices) = &mut output[0];
+        pool_plane(&values[plane * plane_in..][..plane_in], width, maxima, indices);
+    });
     (maxima, indices)
 }
 
