@@ -48,6 +48,7 @@ use burn::prelude::*;
 use burn::tensor::TensorData;
 use burn::tensor::ops::ConvOptions;
 use burn_cubecl::CubeBackend;
+use std::ops::Range;
 
 /// A 3x3 window, stride 1, padded by 1: the output keeps the input's height and width.
 pub fn same_padding() -> ConvOptions<2> {
@@ -148,6 +149,22 @@ fn windows_input_grad(weight: FlexTensor, output_grad: FlexTensor) -> FlexTensor
     FlexTensor::from_data(TensorData::new(input_grad, [batch, in_channels, height, width]))
 }
 
+/// The input row that window row `y` of offset `ky` reads (y + ky - 1), or none where that
+/// is padding.
+fn window_source_row(y: usize, ky: usize, height: usize) -> Option<usize> {
+    (y + ky).checked_sub(1).filter(|&row| row < height)
+}
+
+/// The columns of a window of offset `kx` that hold input, and the input columns they hold
+/// (x + kx - 1); the one column left over is padding.
+fn window_columns(kx: usize, width: usize) -> (Range<usize>, Range<usize>) {
+    match kx {
+        0 => (1..width, 0..width - 1),
+        1 => (0..width, 0..width),
+        _ => (0..width - 1, 1..width),
+    }
+}
+
 /// The reverse of [`window_rows`]: per image, row (in, ky, kx)'s value at column (y, x) is
 /// added to the input at (y + ky - 1, x + kx - 1) where that is inside it. `window_grads`
 /// is contiguous [batch, (in, ky, kx), (y, x)] f32.
@@ -161,19 +178,15 @@ fn add_window_rows(window_grads: &FlexTensor, in_channels: usize, height: usize,
         for (row, grad) in image_rows.chunks_exact(pixels).enumerate() {
             let (channel, ky, kx) = (row / 9, row % 9 / 3, row % 3);
             let plane = &mut out[channel * pixels..][..pixels];
+            let (window_columns, input_columns) = window_columns(kx, width);
             for y in 0..height {
-                let Some(target_y) = (y + ky).checked_sub(1).filter(|&ty| ty < height) else {
+                let Some(input_y) = window_source_row(y, ky, height) else {
                     continue;
                 };
-                let source = &grad[y * width..][..width];
-                let target = &mut plane[target_y * width..][..width];
-                let (target, source) = match kx {
-                    0 => (&mut target[..width - 1], &source[1..]),
-                    1 => (target, source),
-                    _ => (&mut target[1..], &source[..width - 1]),
-                };
-                for (target, source) in target.iter_mut().zip(source) {
-                    *target += source;
+                let window = &grad[y * width..][window_columns.clone()];
+                let input = &mut plane[input_y * width..][input_columns.clone()];
+                for (input, window) in input.iter_mut().zip(window) {
+                    *input += window;
                 }
             }
         }
@@ -210,18 +223,14 @@ fn window_rows(x: &FlexTensor, height: usize, width: usize) -> Vec<f32> {
         for (row, out) in out.chunks_exact_mut(pixels).enumerate() {
             let (channel, ky, kx) = (row / 9, row % 9 / 3, row % 3);
             let plane = &values[(image * in_channels + channel) * pixels..][..pixels];
+            let (window_columns, input_columns) = window_columns(kx, width);
             for y in 0..height {
-                // The source row y + ky - 1; out of the image it stays zero (padding).
-                let Some(source_y) = (y + ky).checked_sub(1).filter(|&sy| sy < height) else {
+                // Out of the image the window stays zero (padding).
+                let Some(input_y) = window_source_row(y, ky, height) else {
                     continue;
                 };
-                let source = &plane[source_y * width..][..width];
-                let target = &mut out[y * width..][..width];
-                match kx {
-                    0 => target[1..].copy_from_slice(&source[..width - 1]),
-                    1 => target.copy_from_slice(source),
-                    _ => target[..width - 1].copy_from_slice(&source[1..]),
-                }
+                let input = &plane[input_y * width..][input_columns.clone()];
+                out[y * width..][window_columns.clone()].copy_from_slice(input);
             }
         }
     };
