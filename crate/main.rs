@@ -1,3 +1,4 @@
+//! `headroom`: the command line (crate/cli).
 #[cfg(not(target_arch = "wasm32"))]
 fn main() -> std::process::ExitCode {
     headroom::cli::main()

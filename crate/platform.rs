@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::data::FetchCause;
+use crate::error::FetchCause;
 
 /// `Send` natively (tasks may move between threads), nothing in wasm32 (one thread,
 /// JS futures are not `Send`).
@@ -56,9 +56,9 @@ pub async fn with_timeout<F: Future>(limit: Duration, work: F) -> Option<F::Outp
 /// Makes glibc keep the heap's freed memory for the next step instead of returning it to
 /// the kernel. A CPU training step frees and allocates the same activations every step;
 /// with glibc's defaults the large ones are mapped and unmapped, or trimmed off the top of
-/// the heap, each time, and faulting their pages in again (zeroed) was ~15% of a flex CNN
-/// step. Measured on the CNN (8,16 channels, batch 64, flex, 2 cores): 5,539 -> 10,226
-/// samples/s, peak RSS 41.8 -> 43.9 MiB (GLIBC_TUNABLES A/B, 3 interleaved runs). Only the
+/// the heap, each time, and faulting their pages in again (zeroed) was a good share of a
+/// flex CNN step: keeping them nearly doubled its speed for a little more resident memory
+/// (docs/benchmarks.md, "glibc's heap, kept for the next step"). Only the
 /// commands that train call it: `headroom serve` keeps glibc's defaults, whose memory a
 /// test bounds. A no-op off glibc and in wasm32 (dlmalloc never returns memory anyway).
 pub fn keep_freed_heap_for_reuse() {
@@ -80,8 +80,9 @@ pub fn keep_freed_heap_for_reuse() {
 /// Runs `work` on each `chunk_len`-long chunk of `items`, with the chunk's index: natively
 /// split over rayon's threads, the pool flex runs its own ops on: run on the calling thread
 /// alone, beside flex's workers still spinning from the op before, the CNN's pool made its
-/// step slower (7,144 against 7,859 samples/s, where with one thread for both it was faster,
-/// 6,752 against 5,760); in wasm32, which has one thread here, in order on it.
+/// step slower, where with one thread for both it was faster
+/// (docs/benchmarks.md, "the CNN's conv and pool on flex, op by op"); in wasm32, which has
+/// one thread here, in order on it.
 #[cfg(feature = "train")]
 pub fn for_each_chunk_mut<T: Send>(
     items: &mut [T],
@@ -114,20 +115,6 @@ pub fn host_memory_bytes() -> Option<u64> {
         let memory: js_sys::WebAssembly::Memory = wasm_bindgen::memory().dyn_into().ok()?;
         let buffer: js_sys::ArrayBuffer = memory.buffer().dyn_into().ok()?;
         Some(u64::from(buffer.byte_length()))
-    }
-}
-
-/// Joins a dataset location (URL or path, with or without a trailing `manifest.json`) and
-/// a file name inside it.
-pub fn join_location(base: &str, file: &str) -> String {
-    let base = base
-        .strip_suffix(crate::data::manifest::MANIFEST_FILE)
-        .unwrap_or(base);
-    let base = base.trim_end_matches('/');
-    if base.is_empty() {
-        file.to_string()
-    } else {
-        format!("{base}/{file}")
     }
 }
 

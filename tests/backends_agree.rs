@@ -11,7 +11,7 @@ mod common;
 
 use headroom::data::{Codec, DataSource};
 use headroom::model::ModelConfig;
-use headroom::train::checkpoint;
+use headroom::train::saved_run;
 use headroom::train::{BackendKind, Duration, Progress, TrainConfig, TrainEvent, Trainer};
 
 const STEPS: u64 = 20;
@@ -49,11 +49,11 @@ async fn agree(model: ModelConfig, other: BackendKind) {
         .unwrap();
     let cpu = BackendKind::Flex;
     let trainer = Trainer::new(config, &source, cpu.device(), cpu.name()).unwrap();
-    let start = checkpoint::capture(&trainer, &Progress::default(), &source)
+    let start = saved_run::capture(&trainer, &Progress::default(), &source)
         .await
         .unwrap();
     let (on_other, other_progress) =
-        checkpoint::restore(&start, |_| {}, &source, other.device(), other.name()).unwrap();
+        saved_run::restore(&start, |_| {}, &source, other.device(), other.name()).unwrap();
     let other_losses = losses(on_other, other_progress, &source).await;
     let cpu_losses = losses(trainer, Progress::default(), &source).await;
     assert_eq!(cpu_losses.len() as u64, STEPS);

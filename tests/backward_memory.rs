@@ -7,9 +7,9 @@
 
 use burn::prelude::*;
 use burn::tensor::Distribution;
-use headroom::model::relu::relu;
+use headroom::ops::relu::relu;
+use headroom::ops::vjp::vjp_seed;
 use headroom::train::BackendKind;
-use headroom::train::vjp::vjp_seed;
 
 /// 16 MiB in f32: each tensor of this shape takes a page of its own.
 const SHAPE: [usize; 2] = [1024, 4096];

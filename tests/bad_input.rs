@@ -2,7 +2,7 @@
 //! panic (`headroom bench inputs` runs 100,000 per dataset).
 #![cfg(not(target_arch = "wasm32"))]
 
-use headroom::data::mutate;
+use headroom::bench::mutate;
 
 #[test]
 fn mutated_manifests_and_chunks_never_panic() {

@@ -182,8 +182,8 @@ fn serving_beyond_this_machine_needs_an_explicit_flag() {
 /// grows by less than one chunk per client (`headroom bench serve` runs 200).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_clients_all_get_the_same_epoch_and_the_server_stays_small() {
+    use headroom::bench::load::{peak_rss, read_epoch, spawn_serve, stream_concurrently};
     use headroom::data::Codec;
-    use headroom::server::load::{peak_rss, read_epoch, spawn_serve, stream_concurrently};
 
     let dataset = common::synthetic_dataset(20_000, 1000, Codec::Lz4);
     let exe = std::path::Path::new(env!("CARGO_BIN_EXE_headroom"));

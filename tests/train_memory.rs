@@ -11,6 +11,7 @@ use headroom::data::{Codec, DataSource};
 use headroom::model::ModelConfig;
 use headroom::train::events::{RunStarted, RunSummary};
 use headroom::train::{BackendKind, Duration, Precision, TrainConfig, TrainError, TrainEvent, Trainer};
+use headroom::units::format_bytes_up;
 
 fn config(hidden: Vec<usize>, steps: u64) -> TrainConfig {
     TrainConfig {
@@ -127,28 +128,20 @@ async fn f16_on_ndarray_says_so_and_trains_in_f32() {
     assert!(run.steps.iter().all(|s| s.loss_scale.is_none()));
 }
 
-/// The refusal's figure in MiB: "... the smallest cap that fits is 14.2 MiB (...".
-fn named_cap(error: &str) -> f64 {
-    let after = error
-        .split("the smallest cap that fits is ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no cap named: {error}"));
-    let figure = after.split(" MiB").next().unwrap();
-    figure
-        .parse()
-        .unwrap_or_else(|_| panic!("not a MiB figure: {error}"))
-}
-
 #[tokio::test]
 async fn a_cap_below_every_plan_is_refused_before_training_with_the_cap_that_would_fit() {
     let capped = |cap: u64| TrainConfig {
         cap: Some(cap),
         ..config(vec![512, 256], 3)
     };
-    let error = match train(BackendKind::Wgpu, capped(1 << 20)).await {
-        Err(error) => error.to_string(),
+    let (error, refusal) = match train(BackendKind::Wgpu, capped(1 << 20)).await {
+        Err(TrainError::CapTooSmall(refusal)) => (refusal.to_string(), refusal),
+        Err(other) => panic!("refused for another reason: {other}"),
         Ok(_) => panic!("trained under a 1 MiB cap"),
     };
+    // The figures come as data; the text is made from them.
+    assert_eq!(refusal.cap_bytes, 1 << 20);
+    assert!(refusal.needed_bytes > 1 << 20, "{error}");
     assert!(error.contains("a cap of 1.0 MiB fits no setting"), "{error}");
     // Each lever this run could still use is tried, with what it would need.
     assert!(
@@ -156,7 +149,14 @@ async fn a_cap_below_every_plan_is_refused_before_training_with_the_cap_that_wou
         "{error}"
     );
     // The cap it names is the one that fits: the run trains under it.
-    let fitting = (named_cap(&error) * (1 << 20) as f64).ceil() as u64;
+    let fitting = refusal.needed_bytes;
+    assert!(
+        error.contains(&format!(
+            "the smallest cap that fits is {}",
+            format_bytes_up(fitting as usize)
+        )),
+        "{error}"
+    );
     let run = train(BackendKind::Wgpu, capped(fitting))
         .await
         .unwrap_or_else(|e| panic!("the named cap of {fitting} bytes did not fit: {e}"));

@@ -8,7 +8,7 @@ mod common;
 
 use headroom::data::{Codec, DataSource, StreamOptions};
 use headroom::model::ModelConfig;
-use headroom::train::checkpoint::{self, Checkpoint};
+use headroom::train::saved_run::{self, Checkpoint};
 use headroom::train::{
     BackendKind, Duration, OptimizerConfig, OptimizerKind, Progress, TrainConfig, TrainEvent, Trainer,
 };
@@ -68,7 +68,7 @@ async fn run_to_end(
         }
         if save_at.contains(&trainer.step()) && saved.len() < save_at.len() {
             saved.push(through_bytes(
-                checkpoint::capture(trainer, progress, source).await.unwrap(),
+                saved_run::capture(trainer, progress, source).await.unwrap(),
             ));
         }
     }
@@ -107,7 +107,7 @@ async fn a_resumed_run_gives_the_same_losses_bit_for_bit_on_flex() {
         let at = checkpoint.state.step as usize;
         assert_eq!(checkpoint.state.history.losses, losses[..at]);
         let (mut trainer, mut progress) =
-            checkpoint::restore(checkpoint, |_| {}, &source, backend.device(), backend.name()).unwrap();
+            saved_run::restore(checkpoint, |_| {}, &source, backend.device(), backend.name()).unwrap();
         let (rest, rest_evals, _) = run_to_end(&mut trainer, &mut progress, &source, &[]).await;
         let bits = |values: &[f32]| values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(
@@ -134,13 +134,13 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
     let mut trainer = Trainer::new(config.clone(), &source, backend.device(), backend.name()).unwrap();
     let mut progress = Progress::default();
     run_to_end(&mut trainer, &mut progress, &source, &[]).await;
-    let saved = checkpoint::capture(&trainer, &progress, &source).await.unwrap();
+    let saved = saved_run::capture(&trainer, &progress, &source).await.unwrap();
     let saved = || Checkpoint {
         state: saved.state.clone(),
         model: saved.model.clone(),
         optimizer: saved.optimizer.clone(),
     };
-    let refusal = |checkpoint: &Checkpoint, source: &DataSource| match checkpoint::restore(
+    let refusal = |checkpoint: &Checkpoint, source: &DataSource| match saved_run::restore(
         checkpoint,
         |_| {},
         source,
@@ -202,7 +202,7 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
     let mut other_trainer = Trainer::new(narrower, &source, backend.device(), backend.name()).unwrap();
     let mut other_progress = Progress::default();
     run_to_end(&mut other_trainer, &mut other_progress, &source, &[]).await;
-    let foreign = checkpoint::capture(&other_trainer, &other_progress, &source)
+    let foreign = saved_run::capture(&other_trainer, &other_progress, &source)
         .await
         .unwrap();
     let mut mixed = saved();

@@ -5,9 +5,9 @@
 
 use headroom::data::DataSource;
 use headroom::model::ModelConfig;
-use headroom::train::checkpoint;
+use headroom::train::saved_run;
 use headroom::train::{Duration, Precision, Progress, TrainConfig, TrainEvent, Trainer};
-use headroom::web::device::{self, Preference};
+use headroom::wasm::device::{self, Preference};
 use wasm_bindgen_test::wasm_bindgen_test;
 
 mod wasm_config;
@@ -179,11 +179,11 @@ async fn webgpu_gives_the_cpu_fallbacks_losses_from_the_same_weights() {
         .unwrap();
     let cpu = device::acquire(Preference::Cpu).await.unwrap();
     let on_cpu = Trainer::new(config, &source, cpu.device, cpu.backend).unwrap();
-    let start = checkpoint::capture(&on_cpu, &Progress::default(), &source)
+    let start = saved_run::capture(&on_cpu, &Progress::default(), &source)
         .await
         .unwrap();
     let gpu = device::acquire(Preference::WebGpu).await.unwrap();
-    let (on_gpu, progress) = checkpoint::restore(&start, |_| {}, &source, gpu.device, gpu.backend).unwrap();
+    let (on_gpu, progress) = saved_run::restore(&start, |_| {}, &source, gpu.device, gpu.backend).unwrap();
     let gpu_losses = losses(&run_to_end(on_gpu, progress, &source).await);
     let cpu_losses = losses(&run_to_end(on_cpu, Progress::default(), &source).await);
     assert_eq!(cpu_losses.len(), 20);

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::train::checkpoint::{Checkpoint, RunState};
+use crate::train::saved_run::{Checkpoint, RunState};
 
 const RUN_FILE: &str = "run.json";
 /// A larger `run.json` is not one this program wrote (its history holds 4 bytes a step).

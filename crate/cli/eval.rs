@@ -1,3 +1,5 @@
+//! `headroom eval`: a saved run's accuracy and loss on a dataset's test split.
+
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -5,7 +7,7 @@ use clap::Args;
 
 use super::checkpoint_dir;
 use crate::data::{DataSource, Split};
-use crate::train::{BackendKind, checkpoint};
+use crate::train::{BackendKind, saved_run};
 
 /// What a run file from the page lacks.
 pub const NO_DATA: &str = "a run file exported from the page names no dataset location: pass --data URL";
@@ -39,7 +41,7 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
     let (saved_data, saved) = checkpoint_dir::load(&args.dir)?;
     let data = args.data.clone().or(saved_data).context(NO_DATA)?;
     let source = DataSource::open(&data, saved.state.config.stream_options()).await?;
-    let (mut trainer, _) = checkpoint::restore(
+    let (mut trainer, _) = saved_run::restore(
         &saved,
         |config| {
             // Evaluation takes no training step: nothing to probe, no cap to plan for.

@@ -1,25 +1,9 @@
 //! The `headroom` command line.
 
 #[cfg(feature = "train")]
-mod bench;
-#[cfg(feature = "train")]
-mod bench_inputs;
-#[cfg(feature = "train")]
-mod bench_matmul;
-#[cfg(feature = "train")]
-mod bench_pipeline;
-#[cfg(feature = "train")]
-mod bench_serve;
-#[cfg(feature = "train")]
-mod bench_soak;
-#[cfg(feature = "train")]
-mod bench_train;
-#[cfg(feature = "train")]
 mod checkpoint_dir;
 #[cfg(feature = "train")]
 mod eval;
-#[cfg(feature = "train")]
-mod model_args;
 #[cfg(feature = "train")]
 mod plan;
 mod prepare;
@@ -70,7 +54,7 @@ enum Command {
     /// Benchmarks that print figures.
     #[cfg(feature = "train")]
     #[command(subcommand)]
-    Bench(bench::BenchCommand),
+    Bench(crate::bench::BenchCommand),
 }
 
 impl Command {
@@ -111,7 +95,7 @@ pub fn main() -> ExitCode {
             #[cfg(feature = "train")]
             Command::Eval(args) => eval::run(args).await,
             #[cfg(feature = "train")]
-            Command::Bench(command) => bench::run(command).await,
+            Command::Bench(command) => crate::bench::run(command).await,
         }
     });
     match outcome {

@@ -1,10 +1,13 @@
+//! `headroom plan`: what the planner predicts for a run under a cap, before any step,
+//! optionally calibrated by probe steps on the device.
+
 use clap::Args;
 
-use super::model_args::ModelArgs;
 use crate::data::{DataSource, StreamOptions};
+use crate::flags::ModelArgs;
 use crate::memory::{Candidate, Plan, PoolModel, plan};
-use crate::train::calibrate::probed_plan;
 use crate::train::plan::{effective_precision, input_shape};
+use crate::train::probe::probed_plan;
 use crate::train::{BackendKind, OptimizerConfig, OptimizerKind, Precision, TrainConfig, plan as train_plan};
 use crate::units::{format_bytes, format_bytes_up, parse_bytes};
 

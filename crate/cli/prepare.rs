@@ -1,3 +1,6 @@
+//! `headroom prepare`: IDX files, text or generated images into compressed, checksummed
+//! chunks and their manifest.
+
 use std::path::PathBuf;
 
 use anyhow::Context;

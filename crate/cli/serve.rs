@@ -1,3 +1,5 @@
+//! `headroom serve`: the playground and the dataset chunks over HTTP on one address.
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 

@@ -1,3 +1,6 @@
+//! `headroom stream`: a dataset streamed as training reads it, every chunk verified, with
+//! the figures of the epoch (throughput, memory, the order's digest).
+
 use clap::Args;
 use clap::builder::TypedValueParser;
 

@@ -1,3 +1,6 @@
+//! `headroom train`: one run on the command line, its events printed as they come and
+//! written to `--metrics`, saved runs under `--checkpoint-dir`.
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,12 +11,12 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::checkpoint_dir;
-use super::model_args::ModelArgs;
 use crate::data::{DataSource, StreamOptions};
+use crate::flags::ModelArgs;
 use crate::memory::PhaseSample;
 use crate::model::generate::SampleSettings;
-use crate::train::checkpoint;
 use crate::train::config::SampleConfig;
+use crate::train::saved_run;
 use crate::train::{
     BackendKind, Duration, OptimizerConfig, OptimizerKind, Precision, Progress, TrainConfig, TrainEvent,
     Trainer,
@@ -372,7 +375,7 @@ async fn start(args: &TrainArgs) -> anyhow::Result<(Trainer, Progress, DataSourc
     let data = args.data.clone().or(saved_data).context(super::eval::NO_DATA)?;
     let source = DataSource::open(&data, saved.state.config.stream_options()).await?;
     let duration = args.duration();
-    let (trainer, progress) = checkpoint::restore(
+    let (trainer, progress) = saved_run::restore(
         &saved,
         |config| config.duration = duration.unwrap_or(config.duration),
         &source,
@@ -426,7 +429,7 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
         let stop = interrupted.load(Ordering::SeqCst);
         let due = trainer.step() > before && trainer.step() % args.checkpoint_every == 0;
         if let Some(dir) = checkpoints.as_ref().filter(|_| due || stop) {
-            let saved = checkpoint::capture(&trainer, &progress, &source).await?;
+            let saved = saved_run::capture(&trainer, &progress, &source).await?;
             report.bar.suspend(|| checkpoint_dir::save(dir, &data, &saved))?;
         }
         if stop {
@@ -469,7 +472,7 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(dir) = &args.save {
-        let saved = checkpoint::capture(&trainer, &progress, &source).await?;
+        let saved = saved_run::capture(&trainer, &progress, &source).await?;
         checkpoint_dir::save(dir, &data, &saved)?;
         println!(
             "saved the run to {0}: headroom eval {0} evaluates it, headroom train --resume {0} --steps N trains on",

@@ -1,3 +1,6 @@
+//! Batches cut from verified chunks in the shuffled order, and where a reader is in its
+//! epoch (what a saved run keeps to resume the stream).
+
 use std::collections::VecDeque;
 
 use rand_chacha::ChaCha8Rng;

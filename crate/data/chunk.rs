@@ -1,9 +1,12 @@
+//! One chunk: its body checked against the manifest (length, sha256), decoded, and its
+//! samples checked, so nothing unverified reaches training.
+
 use sha2::{Digest, Sha256};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::error::FetchCause;
+use super::gauge::{HeldBytes, MemoryGauge};
 use super::manifest::{ChunkEntry, Manifest};
-use super::memory::{HeldBytes, MemoryGauge};
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))

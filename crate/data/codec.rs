@@ -1,7 +1,10 @@
+//! How chunks are compressed: deflate or lz4, both pure Rust, so natively and in wasm32
+//! the same decoder runs.
+
 use serde::{Deserialize, Serialize};
 
 /// Chunk compression. Both codecs are pure Rust, so the same decoder runs natively and in
-/// wasm32; `headroom bench data` measures them side by side (README, "Chunk format").
+/// wasm32; `headroom bench data` measures them side by side (docs/data-format.md, "Codec").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Codec {
@@ -57,6 +60,9 @@ impl std::str::FromStr for Codec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn sample() -> Vec<u8> {
         (0..20_000u32).map(|i| (i * i % 251) as u8).collect()

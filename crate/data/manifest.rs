@@ -1,3 +1,6 @@
+//! The manifest: which chunks a dataset has, their sizes and checksums, and the limits a
+//! reader holds it to before trusting it.
+
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -247,5 +250,17 @@ impl Manifest {
             return Err(format!("chunks of split {split} are not listed in counts"));
         }
         Ok(())
+    }
+}
+
+/// Joins a dataset location (URL or path, with or without a trailing `manifest.json`) and
+/// a file name inside it.
+pub fn join_location(base: &str, file: &str) -> String {
+    let base = base.strip_suffix(MANIFEST_FILE).unwrap_or(base);
+    let base = base.trim_end_matches('/');
+    if base.is_empty() {
+        file.to_string()
+    } else {
+        format!("{base}/{file}")
     }
 }

@@ -6,8 +6,8 @@ pub mod chunk;
 pub mod codec;
 pub mod error;
 pub mod footprint;
+pub mod gauge;
 pub mod manifest;
-pub mod memory;
 pub mod retry;
 pub mod scan;
 pub mod shuffle;
@@ -18,8 +18,6 @@ pub mod synthetic;
 pub mod idx;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod import;
-#[cfg(not(target_arch = "wasm32"))]
-pub mod mutate;
 pub mod text;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod writer;
@@ -29,7 +27,7 @@ pub use chunk::Chunk;
 pub use codec::Codec;
 pub use error::{DataError, ErrorKind, FetchCause};
 pub use footprint::ChunkFootprint;
+pub use gauge::{MemoryGauge, PipelineMemory};
 pub use manifest::{ChunkEntry, MAX_CHUNK_BYTES, MAX_MANIFEST_BYTES, Manifest, Split};
-pub use memory::{MemoryGauge, PipelineMemory};
 pub use retry::RetryPolicy;
 pub use stream::{DataSource, EpochStream, StreamOptions, TEXT_MIX, Window};

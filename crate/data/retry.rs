@@ -1,3 +1,6 @@
+//! Retries with exponential backoff, and the deadline that turns a stalled fetch into a
+//! retryable failure.
+
 use std::time::Duration;
 
 /// Bounded retries with exponential backoff, and a per-attempt deadline that turns a
@@ -51,6 +54,9 @@ impl RetryPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn backoff_doubles_from_the_second_attempt_and_is_capped() {

@@ -6,8 +6,8 @@ use web_time::Instant;
 
 use super::batch::BatchReader;
 use super::error::DataError;
+use super::gauge::PipelineMemory;
 use super::manifest::Split;
-use super::memory::PipelineMemory;
 use super::stream::{DataSource, TransportStats};
 
 #[derive(Clone, Debug, Serialize)]

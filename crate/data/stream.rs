@@ -1,3 +1,6 @@
+//! A dataset opened from a URL or a folder and streamed with a bounded prefetch: the
+//! whole set is never held in memory.
+
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,8 +12,8 @@ use tokio::sync::{Semaphore, mpsc};
 use super::chunk::{Chunk, Layout, verify_and_decode};
 use super::error::{DataError, FetchCause};
 use super::footprint::ChunkFootprint;
+use super::gauge::{MemoryGauge, PipelineMemory};
 use super::manifest::{ChunkEntry, Manifest, Split};
-use super::memory::{MemoryGauge, PipelineMemory};
 use super::retry::RetryPolicy;
 use super::shuffle;
 use crate::platform;
@@ -38,8 +41,8 @@ pub struct StreamOptions {
 
 /// Text chunks a training reader holds open by default. A text chunk is a run of one text
 /// (65,536 characters of one play), so batches cut from one chunk at a time see one scene:
-/// on Shakespeare nanoGPT's recipe ended at 1.90 nats per character that way and at 1.82
-/// with 32 chunks open (README, "Quality").
+/// on Shakespeare nanoGPT's recipe ended at a higher test loss that way than with 32 chunks
+/// open (docs/benchmarks.md, "quality, nanoGPT's recipe on Shakespeare").
 pub const TEXT_MIX: usize = 32;
 
 /// The most chunks a reader may hold open, as for prefetch.
@@ -144,7 +147,7 @@ impl DataSource {
     /// or without the trailing `manifest.json`).
     pub async fn open(location: &str, options: StreamOptions) -> Result<Self, DataError> {
         options.validate()?;
-        let url = platform::join_location(location, super::manifest::MANIFEST_FILE);
+        let url = super::manifest::join_location(location, super::manifest::MANIFEST_FILE);
         let counters = Counters::default();
         let body = with_retries(&options.retry, &counters, || {
             platform::fetch_bytes(&url, super::manifest::MAX_MANIFEST_BYTES)
@@ -399,7 +402,7 @@ async fn produce(
 async fn fetch_chunk(shared: &Shared, epoch: u64, index: usize) -> Result<Chunk, DataError> {
     let manifest = &shared.manifest;
     let entry = &manifest.chunks[index];
-    let url = platform::join_location(&shared.location, &entry.file);
+    let url = super::manifest::join_location(&shared.location, &entry.file);
     let _body_reserved = shared.gauge.hold(entry.compressed_bytes);
     let raw = with_retries(&shared.options.retry, &shared.counters, || async {
         // A body longer than promised is cut off where the promise ends.

@@ -61,6 +61,9 @@ fn smooth_prototype(rng: &mut ChaCha8Rng) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn samples_are_reproducible_and_classes_differ() {

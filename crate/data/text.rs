@@ -76,6 +76,9 @@ impl CharTokenizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn tokens_round_trip_through_the_vocabulary() {

@@ -1,3 +1,6 @@
+//! Writes a dataset (chunks, then the manifest) into a hidden folder that is renamed into
+//! place when it is whole.
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

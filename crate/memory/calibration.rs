@@ -4,10 +4,11 @@
 //!
 //! The census counts tensors; what it misses is what the device adds around them (the
 //! allocator's pages, kernel workspaces), and that is what a probe measures. On lavapipe
-//! that addition is not even monotone in the micro-batch (MLP 784-4096-10: 90.8 MiB
-//! reserved at 128, 76.6 MiB at 256), so no line through small probes predicts the
-//! target within 10%: the ladder goes up to the target itself, and stops before any rung
-//! whose expected peak (the census corrected by the rung below) would pass the cap.
+//! that addition is not even monotone in the micro-batch (a larger one can reserve less:
+//! docs/benchmarks.md, "reservation against the micro-batch"), so no line through small
+//! probes predicts the target within 10%: the ladder goes up to the target itself, and stops
+//! before any rung whose expected peak (the census corrected by the rung below) would pass
+//! the cap.
 
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +66,9 @@ pub fn probe_ladder(target: usize) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     const MIB: u64 = 1 << 20;
 

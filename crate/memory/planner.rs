@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::allocator::PoolModel;
 use super::calibration::Calibration;
 use super::enforcer;
-use super::pool::PoolModel;
 use crate::model::{InputShape, ModelConfig, Segment};
 use crate::settings::{OptimizerKind, Precision};
 
@@ -403,6 +403,9 @@ fn recomputed_peak(segments: &[Segment]) -> Vec<usize> {
 mod tests {
     use super::*;
     use crate::memory::enforcer::HEADROOM;
+    // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn request(pool: PoolModel) -> PlanRequest {
         PlanRequest {
@@ -516,7 +519,7 @@ mod tests {
         assert_eq!(recomputed_inputs(&segments), 0);
     }
 
-    /// What the README says of the two models it benchmarks.
+    /// What docs/design.md ("Activation checkpointing") says of the two models it benchmarks.
     #[test]
     fn the_mlps_first_hidden_output_is_recomputed_and_the_cnn_keeps_its_inputs() {
         let input = request(PoolModel::Host).input;

@@ -1,3 +1,6 @@
+//! What a run holds, sampled at each phase of a step: device reserved and in use, the
+//! data pipeline, the host's and the wasm heap's bytes.
+
 use burn::prelude::Device;
 use serde::{Deserialize, Serialize};
 

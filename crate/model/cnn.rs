@@ -1,12 +1,15 @@
+//! The CNN: conv3x3 + ReLU + 2x2 max-pool blocks, then a linear head; each block a
+//! segment of recomputation.
+
 use burn::nn::pool::{MaxPool2d, MaxPool2dConfig};
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
 use super::conv::Conv3x3;
-use super::matmul::linear;
-use super::pool::max_pool_2x2;
-use super::relu::relu;
 use super::{InputShape, Segment, glorot};
+use crate::ops::matmul::linear;
+use crate::ops::max_pool::max_pool_2x2;
+use crate::ops::relu::relu;
 
 #[derive(Module, Debug)]
 pub struct ConvBlock {
@@ -86,12 +89,11 @@ pub(super) fn census(input: &InputShape, channels: &[usize]) -> super::TensorCen
     let mut census = super::TensorCensus {
         // About the patch matrix burn's conv2d builds for its weight gradient
         // (`backward_width`; the planner leaves it out under checkpointing). Refitted when
-        // the GPU's conv became burn's (2026-12-03) on the 15 CNN settings of `headroom
-        // bench plan` and the comparison's: at 0.88, 12 within 6%, the 8,16 channels a page
-        // over (+28%), checkpointing at batch 96 and 128 a page under (-25%). At 0.6 and
-        // 0.8 more fell under by 10-25%; at 0.95, with the patches counted under
-        // checkpointing too, none under but checkpointing over by up to 33%. The census
-        // sits on the edges of 2-8 MiB pages.
+        // the GPU's conv became burn's on the 15 CNN settings of `headroom bench plan` and
+        // the comparison's: 0.88 keeps most of them close, with a few a page over or under;
+        // lower factors left more under, and 0.95 with the patches counted under
+        // checkpointing too left none under but checkpointing well over. The census sits on
+        // the edges of pages (docs/benchmarks.md, "the CNN's backward-transients factor, refitted").
         backward_transients: 0.88,
         ..super::TensorCensus::default()
     };

@@ -1,15 +1,16 @@
 //! conv3x3 with stride 1 and same padding: burn's own conv2d on the GPU, Headroom's on flex
-//! (crate/model/conv_flex.rs: each image's windows and batched matmuls), and on ndarray
+//! (crate/ops/conv_flex.rs: each image's windows and batched matmuls), and on ndarray
 //! one computed here as nine shifted windows of the padded input and one matmul per image (im2col):
 //! burn-ndarray's own conv2d backward computes the input gradient with a scalar
-//! `conv_transpose2d` loop that took ~90% of a CNN step (25-33 samples/s on 2 cores).
+//! `conv_transpose2d` loop that took most of a CNN step
+//! (docs/benchmarks.md, "burn-ndarray's conv2d backward").
 
 use burn::module::Param;
 use burn::prelude::*;
 use burn::tensor::module::conv2d;
 
-use super::conv_flex::{conv3x3_same, same_padding};
-use super::matmul::matmul;
+use crate::ops::conv_flex::{conv3x3_same, same_padding};
+use crate::ops::matmul::matmul;
 
 #[derive(Module, Debug)]
 pub struct Conv3x3 {
@@ -33,11 +34,11 @@ impl Conv3x3 {
 
     /// [batch, in, h, w] -> [batch, out, h, w].
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
-        // Side by side on the comparison's CNN (8,16 channels, batch 64, dev build, 2 cores,
-        // 2026-12-02): flex ran burn's conv2d at 5,160 samples/s and this im2col at 3,887;
-        // ndarray ran burn's at 356 and this one at 2,012. Since 2026-12-04 flex takes
-        // conv_flex's windows, which keep only the input as burn's does (release build:
-        // 8,196 -> 15,579 samples/s with the pool, README "Side by side").
+        // Side by side on the comparison's CNN, flex ran burn's conv2d faster than this
+        // im2col, and ndarray ran this im2col several times faster than burn's
+        // (docs/benchmarks.md, "flex as the CPU backend"). Since 2026-12-04 flex takes
+        // conv_flex's windows, which keep only the input as burn's does; with the pool of
+        // its own they nearly doubled the CNN's speed (docs/benchmarks.md, "the CNN on flex").
         if x.device() == Device::flex() {
             return conv3x3_same(x, self.weight.val(), self.bias.val());
         }
@@ -64,15 +65,15 @@ impl Conv3x3 {
         }
         let [batch, _, height, width] = x.dims();
         let [out_channels, ..] = self.weight.dims();
-        // On the GPU, burn's conv2d (release builds, 2026-12-03, CNN 8,16 ch, batch 64, 3
-        // interleaved rounds): lavapipe 279 -> 809 samples/s, SwiftShader 213 -> 331, peak
-        // reserved 23.1 -> 14.1 MiB, as it keeps its input instead of nine windows of it.
+        // On the GPU, burn's conv2d: faster than the im2col on lavapipe and on SwiftShader,
+        // and it reserves less, as it keeps its input instead of nine windows of it
+        // (docs/benchmarks.md, "the GPU's conv as burn's conv2d").
         conv2d(x, self.weight.val(), None, same_padding()).reshape([batch, out_channels, height * width])
     }
 
     /// [batch, in, h, w] -> [batch, out, h * w] without the bias: nine shifted windows of the
     /// padded input and one matmul per image. ndarray's own conv2d computes its input
-    /// gradient with a scalar `conv_transpose2d` loop (~90% of a CNN step); every op here
+    /// gradient with a scalar `conv_transpose2d` loop (most of a CNN step); every op here
     /// has a vectorized backward there.
     #[cfg(all(not(target_arch = "wasm32"), feature = "ndarray"))]
     fn im2col_product(&self, x: Tensor<4>) -> Tensor<3> {
@@ -101,7 +102,9 @@ impl Conv3x3 {
     }
 }
 
-#[cfg(test)]
+// Native only: the GPU's device is made asynchronously in the browser (tests/wasm_train.rs
+// trains the CNN there), and flex's own conv is tested in crate/ops/conv_flex.rs.
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use burn::tensor::{Distribution, Tolerance};
 
@@ -110,7 +113,7 @@ mod tests {
     /// The GPU's path: burn's conv2d, the bias through a matmul.
     #[test]
     fn equals_burns_conv2d_with_same_padding() {
-        equals_burns_conv2d_on(crate::train::BackendKind::Wgpu.device());
+        equals_burns_conv2d_on(crate::ops::backend::BackendKind::Wgpu.device());
     }
 
     /// ndarray's path: the im2col product.

@@ -90,6 +90,9 @@ pub fn draw(logits: &[f32], temperature: f32, uniform: f64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::draw;
+    // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn draws_follow_the_tempered_distribution() {

@@ -11,8 +11,8 @@ use burn::nn::{
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::matmul::linear_3d;
 use super::{Segment, TensorCensus};
+use crate::ops::matmul::linear_3d;
 
 /// The GPT's size: `layers` blocks of `width` features split over `heads`, reading
 /// `context` tokens.
@@ -164,8 +164,8 @@ impl Gpt {
     }
 }
 
-/// See [`TensorCensus::pool_slack`]: fitted on `headroom bench plan --set gpt-fitted`,
-/// where the pool held 37–42% of the activations beyond them.
+/// See [`TensorCensus::pool_slack`]: fitted on `headroom bench plan --set gpt-fitted` to what
+/// the pool held there beyond the activations (docs/benchmarks.md, "the census fitted to the GPT").
 const POOL_SLACK: f64 = 0.4;
 
 /// Elements per window of `context` tokens (see [`TensorCensus`]).

@@ -1,9 +1,11 @@
+//! The MLP: linear layers with ReLU between them; each layer a segment of recomputation.
+
 use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
-use super::matmul::linear;
-use super::relu::relu;
 use super::{InputShape, Segment, glorot};
+use crate::ops::matmul::linear;
+use crate::ops::relu::relu;
 
 #[derive(Module, Debug)]
 pub struct Mlp {

@@ -3,14 +3,9 @@
 
 mod cnn;
 mod conv;
-mod conv_flex;
 pub mod generate;
 mod gpt;
-pub mod matmul;
 mod mlp;
-pub mod pool;
-pub mod relu;
-mod tile_matmul;
 
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -275,6 +270,9 @@ impl ModelConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     /// Export and inference build models on a device without autodiff.
     #[test]

@@ -1,7 +1,5 @@
 //! `headroom serve`: the static files of the playground and the dataset chunks.
 
-pub mod load;
-
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,7 +16,7 @@ fn always(name: HeaderName, value: &'static str) -> SetResponseHeaderLayer<Heade
     SetResponseHeaderLayer::overriding(name, HeaderValue::from_static(value))
 }
 
-/// Files under `root`; where `NAME.br` or `NAME.gz` lies beside `NAME` (web/build-wasm
+/// Files under `root`; where `NAME.br` or `NAME.gz` lies beside `NAME` (web/scripts/build-wasm
 /// writes them for the wasm module), a client that accepts that encoding gets it.
 fn static_files(root: PathBuf) -> ServeDir {
     ServeDir::new(root).precompressed_br().precompressed_gzip()

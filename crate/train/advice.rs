@@ -3,32 +3,20 @@
 //! fits as the run stands and the levers that would make the asked cap fit.
 
 use super::config::{Precision, TrainConfig};
-use super::error::TrainError;
+use super::error::{Lever, LeverNeed, Refusal, RefusedSetting, TrainError};
 use super::plan::{RunPlan, data_options};
-use crate::data::ChunkFootprint;
 use crate::memory::enforcer;
 use crate::memory::{Candidate, Plan, PlanRequest, plan};
-use crate::units::{format_bytes, format_bytes_up};
 
-/// Chunks smaller than this are not suggested: per-chunk overheads (a request, a checksum,
-/// a visiting order) start to count.
-const SMALLEST_SUGGESTED_CHUNK: usize = 256;
-
-/// What the refusal may suggest beyond the run's own settings, found when it was planned.
-#[derive(Clone, Debug, Default)]
-pub struct Levers {
-    /// Whether the device runs f16.
-    pub f16_available: bool,
-    /// Smaller chunk sizes for `headroom prepare`, largest first, each with the chunks it
-    /// would give (training, evaluation).
-    pub smaller_chunks: Vec<(usize, ChunkFootprint, ChunkFootprint)>,
-}
-
-/// The chunk sizes a refusal may suggest for a dataset cut into `chunk_samples`: a quarter,
-/// a sixteenth, ... down to the smallest suggested.
-pub fn smaller_chunk_sizes(chunk_samples: usize) -> impl Iterator<Item = usize> {
-    std::iter::successors(Some(chunk_samples / 4), |size| Some(size / 4))
-        .take_while(|&size| size >= SMALLEST_SUGGESTED_CHUNK)
+impl RunPlan {
+    /// The setting the run starts with, or why none fits the cap, in words that say what
+    /// would.
+    pub fn pick(&self, config: &TrainConfig) -> Result<&Candidate, TrainError> {
+        if let Some(chosen) = self.plan.chosen() {
+            return Ok(chosen);
+        }
+        Err(refusal(self, config))
+    }
 }
 
 /// The candidate of `plan` that fits under the smallest cap, and that cap.
@@ -37,12 +25,6 @@ fn smallest(plan: &Plan) -> (&Candidate, u64) {
         .smallest_fitting()
         .expect("every effective batch has the divisor 1");
     (candidate, enforcer::cap_for(candidate.peak()))
-}
-
-/// One lever tried: its name and the smallest cap the run fits under with it.
-struct Tried {
-    lever: String,
-    needed: u64,
 }
 
 /// The plan again for `request`, corrected by the run's probes where it has them: what
@@ -56,7 +38,7 @@ fn replan(run_plan: &RunPlan, request: &PlanRequest) -> Plan {
     again
 }
 
-fn levers_tried(run_plan: &RunPlan, config: &TrainConfig) -> Vec<Tried> {
+fn levers_tried(run_plan: &RunPlan, config: &TrainConfig) -> Vec<LeverNeed> {
     let request = &run_plan.request;
     let mut tried = Vec::new();
     let mut all = request.clone();
@@ -80,11 +62,10 @@ fn levers_tried(run_plan: &RunPlan, config: &TrainConfig) -> Vec<Tried> {
         .find(|(_, _, needed)| *needed <= cap)
         .or(chunk_levers.last());
     if let Some((size, changed, needed)) = chunk_lever {
-        let lever = format!("chunks of {size} samples, made by headroom prepare --chunk-samples {size}");
         all.data = changed.data.clone();
-        tried.push(Tried {
-            lever,
-            needed: *needed,
+        tried.push(LeverNeed {
+            lever: Lever::SmallerChunks { chunk_samples: *size },
+            needed_bytes: *needed,
         });
     }
     if run_plan.precision == Precision::F32 && run_plan.levers.f16_available {
@@ -92,7 +73,7 @@ fn levers_tried(run_plan: &RunPlan, config: &TrainConfig) -> Vec<Tried> {
             precisions: vec![Precision::F16],
             ..request.clone()
         };
-        tried.push(tried_with("f16 storage", run_plan, &changed));
+        tried.push(tried_with(Lever::F16Storage, run_plan, &changed));
         all.precisions = vec![Precision::F16];
     }
     if !config.checkpointing {
@@ -100,73 +81,40 @@ fn levers_tried(run_plan: &RunPlan, config: &TrainConfig) -> Vec<Tried> {
             checkpointing: vec![true],
             ..request.clone()
         };
-        tried.push(tried_with("checkpointing", run_plan, &changed));
+        tried.push(tried_with(Lever::Checkpointing, run_plan, &changed));
         all.checkpointing = vec![true];
     }
     if tried.len() > 1 {
-        tried.push(tried_with("all of these", run_plan, &all));
+        tried.push(tried_with(Lever::AllOfThese, run_plan, &all));
     }
     tried
 }
 
-fn tried_with(lever: &str, run_plan: &RunPlan, changed: &PlanRequest) -> Tried {
-    Tried {
-        lever: lever.into(),
-        needed: smallest(&replan(run_plan, changed)).1,
+fn tried_with(lever: Lever, run_plan: &RunPlan, changed: &PlanRequest) -> LeverNeed {
+    LeverNeed {
+        lever,
+        needed_bytes: smallest(&replan(run_plan, changed)).1,
     }
 }
 
 /// The refusal for a cap no setting fits: the smallest cap that fits and its setting; the
 /// levers that would fit the asked cap, or, where none would, what each would need.
 pub fn refusal(run_plan: &RunPlan, config: &TrainConfig) -> TrainError {
-    let cap = config.cap.unwrap_or(0);
     let (best, needed) = smallest(&run_plan.plan);
     let smallest_micro_batch = run_plan.plan.candidates.iter().map(|c| c.micro_batch).min();
-    let mut setting = format!(
-        "micro-batch {}, {}: a peak of {} (device {}, data {}) and the enforcer's 10% headroom",
-        best.micro_batch,
-        best.data,
-        format_bytes(best.peak() as usize),
-        format_bytes(best.peak().saturating_sub(best.breakdown.data) as usize),
-        format_bytes(best.breakdown.data as usize),
-    );
-    if smallest_micro_batch.is_some_and(|m| m < best.micro_batch) {
-        setting.push_str(
-            "; smaller micro-batches need more here, as the device allocator rounds their tensors into pages",
-        );
-    }
-    let tried = levers_tried(run_plan, config);
-    let fitting: Vec<String> = tried
-        .iter()
-        .filter(|t| t.needed <= cap)
-        .map(|t| format!("{} (fits under {})", t.lever, format_bytes_up(t.needed as usize)))
-        .collect();
-    let advice = if !fitting.is_empty() {
-        format!(
-            "Under {} it fits with {}; or raise the cap.",
-            format_bytes(cap as usize),
-            fitting.join(", or ")
-        )
-    } else {
-        let needs: Vec<String> = tried
-            .iter()
-            .map(|t| format!("{} with {}", format_bytes_up(t.needed as usize), t.lever))
-            .collect();
-        let needs = match needs.is_empty() {
-            true => String::new(),
-            false => format!(" (it would need {})", needs.join(", ")),
-        };
-        format!(
-            "No lever left to this run fits {}{needs}: raise the cap or choose a smaller model.",
-            format_bytes(cap as usize)
-        )
-    };
-    TrainError::CapTooSmall {
-        cap: format_bytes(cap as usize),
-        needed: format_bytes_up(needed as usize),
-        setting,
-        advice,
-    }
+    TrainError::CapTooSmall(Box::new(Refusal {
+        cap_bytes: config.cap.unwrap_or(0),
+        needed_bytes: needed,
+        setting: RefusedSetting {
+            micro_batch: best.micro_batch,
+            data: best.data,
+            peak_bytes: best.peak(),
+            device_bytes: best.peak().saturating_sub(best.breakdown.data),
+            data_bytes: best.breakdown.data,
+            smaller_micro_batches_need_more: smallest_micro_batch.is_some_and(|m| m < best.micro_batch),
+        },
+        levers: levers_tried(run_plan, config),
+    }))
 }
 
 /// One lever's predicted device peak for the run's effective batch, beside the others.

@@ -1,3 +1,6 @@
+//! One run's settings (`TrainConfig`): the same struct, as JSON, drives the CLI and the
+//! page.
+
 use serde::{Deserialize, Serialize};
 
 use crate::data::StreamOptions;
@@ -222,10 +225,13 @@ impl TrainConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn the_pages_settings_parse_and_a_field_this_type_lacks_is_named() {
-        // What web/controls.js sends for the GPT, and web/compare's worker for the MLP.
+        // What web/page/controls.js sends for the GPT, and web/compare's worker for the MLP.
         let page = r#"{"model":{"kind":"gpt","layers":2,"heads":4,"width":128,"context":64},
             "sample_every":50,"optimizer":{"learning_rate":0.001},"effective_batch":16,
             "micro_batch":null,"duration":{"steps":300},"checkpointing":false,"precision":"f32",
@@ -248,7 +254,7 @@ mod tests {
         }
     }
 
-    /// The config type the page and the comparison worker build (web/types/train-config.d.ts)
+    /// The config type the page and the comparison worker build (web/page/types/train-config.d.ts)
     /// is generated from these types, and `tsc` checks the JS that builds one against it
     /// (tests/run-all): a field renamed or retyped here fails there, not in a user's run.
     /// Native only: tsify is a native dev-dependency (see Cargo.toml).
@@ -284,14 +290,14 @@ export interface StdDuration {
             SampleSettings::DECL,
         ];
         let generated = format!("{HEADER}\n{}\n", declarations.join("\n\n"));
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/web/types/train-config.d.ts");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/web/page/types/train-config.d.ts");
         if std::env::var_os("HEADROOM_WRITE_TYPES").is_some() {
             std::fs::write(path, &generated).unwrap();
         }
         let committed = std::fs::read_to_string(path).unwrap_or_default();
         assert!(
             committed == generated,
-            "web/types/train-config.d.ts differs from the Rust config types; regenerate it with \
+            "web/page/types/train-config.d.ts differs from the Rust config types; regenerate it with \
              HEADROOM_WRITE_TYPES=1 cargo test --lib js_config_type"
         );
     }

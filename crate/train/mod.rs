@@ -2,24 +2,22 @@
 //! accumulation, optimizers, learning-rate schedule, evaluation, memory samples.
 
 pub mod advice;
-pub mod backend;
-pub mod calibrate;
-pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod events;
 pub mod optimizer;
 pub mod plan;
 pub mod precision;
+pub mod probe;
 pub mod recompute;
 pub mod run;
+pub mod saved_run;
 pub mod schedule;
 pub mod step;
 pub mod tensors;
 pub mod trainer;
-pub mod vjp;
 
-pub use backend::BackendKind;
+pub use crate::ops::backend::BackendKind;
 pub use config::{Duration, OptimizerConfig, OptimizerKind, Precision, TrainConfig};
 pub use error::TrainError;
 pub use events::TrainEvent;

@@ -2,12 +2,11 @@
 
 use burn::prelude::Device;
 
-use super::advice::{self, Levers};
 use super::config::{OptimizerKind, Precision, TrainConfig};
 use super::error::TrainError;
 use crate::data::{ChunkFootprint, DataSource, Manifest, Split};
 use crate::memory::planner::predict;
-use crate::memory::{Candidate, DataOption, DataSettings, Plan, PlanRequest, PoolModel};
+use crate::memory::{DataOption, DataSettings, Plan, PlanRequest, PoolModel};
 use crate::model::{InputKind, InputShape};
 
 /// What the trainer needs to know about a dataset: images of one channel with u8 labels,
@@ -43,6 +42,27 @@ pub fn effective_precision(asked: Precision, device: &Device, backend: &str) -> 
     (asked, None)
 }
 
+/// Chunks smaller than this are not suggested: per-chunk overheads (a request, a checksum,
+/// a visiting order) start to count.
+const SMALLEST_SUGGESTED_CHUNK: usize = 256;
+
+/// What the refusal may suggest beyond the run's own settings, found when it was planned.
+#[derive(Clone, Debug, Default)]
+pub struct Levers {
+    /// Whether the device runs f16.
+    pub f16_available: bool,
+    /// Smaller chunk sizes for `headroom prepare`, largest first, each with the chunks it
+    /// would give (training, evaluation).
+    pub smaller_chunks: Vec<(usize, ChunkFootprint, ChunkFootprint)>,
+}
+
+/// The chunk sizes a refusal may suggest for a dataset cut into `chunk_samples`: a quarter,
+/// a sixteenth, ... down to the smallest suggested.
+pub fn smaller_chunk_sizes(chunk_samples: usize) -> impl Iterator<Item = usize> {
+    std::iter::successors(Some(chunk_samples / 4), |size| Some(size / 4))
+        .take_while(|&size| size >= SMALLEST_SUGGESTED_CHUNK)
+}
+
 /// A config checked against its dataset and device, and the planner's answer for it.
 #[derive(Clone, Debug)]
 pub struct RunPlan {
@@ -59,15 +79,6 @@ pub struct RunPlan {
 }
 
 impl RunPlan {
-    /// The setting the run starts with, or why none fits the cap, in words that say what
-    /// would.
-    pub fn pick(&self, config: &TrainConfig) -> Result<&Candidate, TrainError> {
-        if let Some(chosen) = self.plan.chosen() {
-            return Ok(chosen);
-        }
-        Err(advice::refusal(self, config))
-    }
-
     /// The census's device reservation for a probe step of `micro_batch`, accumulating two
     /// micro-batches or not, as the probe ran.
     pub fn probe_census(&self, micro_batch: usize, accumulating: bool, checkpointing: bool) -> u64 {
@@ -113,7 +124,7 @@ pub fn for_run(
     let levers = Levers {
         f16_available: device.supports_dtype(Precision::F16.dtype()),
         // A text chunk holds at least one window.
-        smaller_chunks: advice::smaller_chunk_sizes(manifest.chunk_samples)
+        smaller_chunks: smaller_chunk_sizes(manifest.chunk_samples)
             .filter(|&size| size >= source.options().window.unwrap_or(0))
             .map(rechunked)
             .collect(),

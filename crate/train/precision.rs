@@ -135,6 +135,9 @@ impl LossScaler {
 #[cfg(test)]
 mod tests {
     use super::LossScaler;
+    // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn overflow_halves_the_scale_and_skips_the_step() {

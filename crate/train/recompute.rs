@@ -11,9 +11,9 @@
 use burn::optim::GradientsParams;
 use burn::prelude::*;
 
-use super::vjp::vjp_seed;
 use crate::memory::{Phase, is_recomputed_input};
 use crate::model::{Model, ModelInput};
+use crate::ops::vjp::vjp_seed;
 
 /// The loss, as reported, and the objective backward starts from (the loss times the loss
 /// scale, under f16).

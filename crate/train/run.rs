@@ -1,13 +1,23 @@
 //! A run one step at a time, so that its driver decides when the next step happens: the
 //! CLI loops without pause, the page pauses, resumes and stops between steps.
 
+use serde::{Deserialize, Serialize};
 use web_time::Instant;
 
-use super::checkpoint::History;
 use super::error::TrainError;
 use super::events::{EvalRecord, RunSummary, TrainEvent};
 use super::trainer::Trainer;
 use crate::data::{BatchReader, DataSource, ReaderPosition, Split};
+
+/// Losses and evaluations so far, for the curves of a resumed run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct History {
+    /// The loss of step `i + 1` at `losses[i]` (an f16 step that overflowed has an
+    /// infinite one, which comes back as NaN).
+    #[serde(deserialize_with = "super::events::floats_or_nan")]
+    pub losses: Vec<f32>,
+    pub evals: Vec<EvalRecord>,
+}
 
 /// Where a run is between two calls of [`Progress::advance`].
 pub struct Progress {
@@ -40,7 +50,7 @@ impl Default for Progress {
 }
 
 impl Progress {
-    /// A run picked up where a checkpoint left it (see [`super::checkpoint`]): the reader
+    /// A run picked up where a checkpoint left it (see [`super::saved_run`]): the reader
     /// goes on from `reader`, the curves and the time so far are `history` and `busy`.
     pub(super) fn resumed(reader: Option<BatchReader>, history: History, busy: std::time::Duration) -> Self {
         Progress {
@@ -211,5 +221,24 @@ impl Progress {
         self.history.evals.push(eval.clone());
         self.last_eval = Some(eval);
         Ok(())
+    }
+}
+
+impl Trainer {
+    /// Trains for the configured duration, evaluating on the test split as configured.
+    pub async fn run(
+        &mut self,
+        source: &DataSource,
+        mut on_event: impl FnMut(&TrainEvent),
+    ) -> Result<RunSummary, TrainError> {
+        let mut progress = Progress::default();
+        loop {
+            for event in progress.advance(self, source).await? {
+                on_event(&event);
+            }
+            if let Some(summary) = progress.summary() {
+                return Ok(summary.clone());
+            }
+        }
     }
 }

@@ -25,6 +25,9 @@ impl Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn warms_up_linearly_then_decays_along_a_cosine_to_the_floor() {

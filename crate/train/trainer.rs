@@ -1,15 +1,17 @@
+//! The trainer: a model, its optimizer and the enforcer, one optimizer step at a time
+//! (micro-batches accumulated, f16 loss scaling, evaluation, text samples).
+
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::prelude::*;
 use web_time::Instant;
 
-use super::calibrate::probed_plan;
 use super::config::{Precision, TrainConfig};
 use super::error::TrainError;
-use super::events::{EvalRecord, RunStarted, RunSummary, StepRecord, TextSample, TrainEvent};
+use super::events::{EvalRecord, RunStarted, StepRecord, TextSample};
 use super::optimizer::Optimizer;
 use super::precision::{self, LossScaler};
-use super::run::Progress;
+use super::probe::probed_plan;
 use super::schedule::Schedule;
 use super::step::{MicroSteps, accumulate_gradients};
 use super::{plan, tensors};
@@ -418,23 +420,6 @@ impl Trainer {
             data: self.planned.data,
             tokens_per_sample: self.config.model.text_window().map(|w| w - 1),
             resumed_at: (self.step > 0).then_some(self.step),
-        }
-    }
-
-    /// Trains for the configured duration, evaluating on the test split as configured.
-    pub async fn run(
-        &mut self,
-        source: &DataSource,
-        mut on_event: impl FnMut(&TrainEvent),
-    ) -> Result<RunSummary, TrainError> {
-        let mut progress = Progress::default();
-        loop {
-            for event in progress.advance(self, source).await? {
-                on_event(&event);
-            }
-            if let Some(summary) = progress.summary() {
-                return Ok(summary.clone());
-            }
         }
     }
 }

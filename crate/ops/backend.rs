@@ -90,7 +90,7 @@ impl BackendKind {
 /// routine chosen for that adapter (`model::matmul::routine_for_adapter`).
 #[cfg(not(target_arch = "wasm32"))]
 fn wgpu_device() -> Device {
-    use crate::model::matmul::{routine_for_adapter, set_gpu_routine};
+    use crate::ops::matmul::{routine_for_adapter, set_gpu_routine};
     static DEVICE: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
     DEVICE
         .get_or_init(|| match Device::wgpu_options().init_with_setup() {
@@ -109,10 +109,10 @@ fn wgpu_device() -> Device {
 /// `HEADROOM_GPU_MATMUL=<routine>` (as `headroom bench matmul --routines` names them)
 /// overrides the routine chosen for the adapter: to measure one against another.
 #[cfg(not(target_arch = "wasm32"))]
-fn routine_from_env() -> Option<crate::model::matmul::MatmulRoutine> {
+fn routine_from_env() -> Option<crate::ops::matmul::MatmulRoutine> {
     use clap::ValueEnum;
     let name = std::env::var("HEADROOM_GPU_MATMUL").ok()?;
-    match crate::model::matmul::MatmulRoutine::from_str(&name, true) {
+    match crate::ops::matmul::MatmulRoutine::from_str(&name, true) {
         Ok(routine) => Some(routine),
         Err(_) => {
             eprintln!("warning: HEADROOM_GPU_MATMUL={name} names no routine; the adapter's is used");

@@ -2,15 +2,15 @@
 //!
 //! flex's `max_pool2d_with_indices` is a general N-d loop: per output element it computes
 //! each window's valid range, divides to find its plane and branches per input element
-//! (~1 ms for the comparison CNN's first pool, [64, 8, 28, 28], release build, 2 cores,
-//! more than that layer's conv). Here, on flex in f32, each pair of input rows is read
+//! (on the comparison CNN's first pool, longer than that layer's conv: docs/benchmarks.md,
+//! "the CNN's conv and pool on flex, op by op"). Here, on flex in f32, each pair of input rows is read
 //! once and each 2x2 window is four compares. The values and the indices are those of
 //! flex's own pool (the first maximum in row-major window order wins, NaN wins), so
 //! backward is flex's `max_pool2d_with_indices_backward` unchanged, and what the op keeps
 //! for backward (its input and the indices) is what burn's keeps: the planner's census
 //! does not move. Every other backend and precision runs burn's pool.
 //!
-//! A burn backend extension, like [`crate::model::relu`].
+//! A burn backend extension, like [`crate::ops::relu`].
 
 // burn marks ndarray deprecated in favour of flex; natively it is an opt-in CPU backend.
 #![allow(deprecated)]
@@ -190,6 +190,9 @@ pub fn max_pool_2x2(x: Tensor<4>) -> Tensor<4> {
 mod tests {
     use burn::nn::pool::MaxPool2dConfig;
     use burn::tensor::Distribution;
+    // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
 
@@ -201,9 +204,11 @@ mod tests {
         equals_burns_pool_on(Device::flex().autodiff());
     }
 
+    // The wgpu device is made asynchronously in the browser (tests/wasm_train.rs).
+    #[cfg(not(target_arch = "wasm32"))]
     #[test]
     fn equals_burns_pool_on_wgpu() {
-        equals_burns_pool_on(crate::train::BackendKind::Wgpu.device().autodiff());
+        equals_burns_pool_on(crate::ops::backend::BackendKind::Wgpu.device().autodiff());
     }
 
     fn equals_burns_pool_on(device: Device) {

@@ -4,10 +4,10 @@
 
 use clap::Args;
 
-use super::model_args::ModelArgs;
 use crate::data::{DataSource, StreamOptions};
+use crate::flags::ModelArgs;
 use crate::memory::MemorySample;
-use crate::train::checkpoint::{self, Checkpoint};
+use crate::train::saved_run::{self, Checkpoint};
 use crate::train::{BackendKind, Duration, Progress, TrainConfig, TrainEvent, Trainer};
 use crate::units::format_bytes;
 
@@ -78,7 +78,7 @@ async fn run(
         trace.record(progress.advance(&mut trainer, source).await?);
         let step = trainer.step();
         if step > before && step % every == 0 {
-            saved = Some(checkpoint::capture(&trainer, &progress, source).await?);
+            saved = Some(saved_run::capture(&trainer, &progress, source).await?);
         }
         if crash_at == Some(step) && resumed_from.is_none() {
             let checkpoint = saved.as_ref().expect("a save before the crash");
@@ -86,7 +86,7 @@ async fn run(
             // As a fresh process would start: without the dropped run's cached pages.
             backend.device().memory_cleanup();
             (trainer, progress) =
-                checkpoint::restore(checkpoint, |_| {}, source, backend.device(), backend.name())?;
+                saved_run::restore(checkpoint, |_| {}, source, backend.device(), backend.name())?;
             resumed_from = Some(checkpoint.state.step);
             // The steps since the save run again; the trace keeps the ones the run resumes with.
             let kept = checkpoint.state.step as usize;

@@ -18,9 +18,10 @@ unsafe extern "C" {
 /// Runs the static constructors, once per instance. Where no code calls them, the linker
 /// treats the module as a command and calls them at the top of every exported function:
 /// every call from JS, each promise callback included. A profile of the WebGPU worker had
-/// 70% of its time in them (README, "Where the time goes"). Since this call exists, the
-/// linker adds none, so whatever reaches cubecl must come through here first: `start` (the
-/// page's instantiation) and `device::acquire` (every run; the wasm tests start there).
+/// 70% of its time in them (docs/benchmarks.md, "the wasm module's static constructors, run
+/// once"). Since this call exists, the linker adds none, so whatever reaches cubecl must come
+/// through here first: `start` (the page's instantiation) and `device::acquire` (every run;
+/// the wasm tests start there).
 pub fn run_static_constructors() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     // SAFETY: the constructors only register statics, and `inventory`'s are idempotent.
@@ -55,6 +56,16 @@ pub(crate) fn data_error_to_js(error: DataError) -> JsValue {
     error_to_js(error.kind(), error)
 }
 
+/// A refused cap also carries its figures as data (`refusal`, a [`Refusal`]), which the
+/// page formats.
+///
+/// [`Refusal`]: crate::train::error::Refusal
 pub(crate) fn train_error_to_js(error: TrainError) -> JsValue {
-    error_to_js(error.kind(), error)
+    let value = error_to_js(error.kind(), &error);
+    if let TrainError::CapTooSmall(refusal) = &error
+        && let Ok(refusal) = to_js(refusal.as_ref())
+    {
+        let _ = js_sys::Reflect::set(&value, &"refusal".into(), &refusal);
+    }
+    value
 }

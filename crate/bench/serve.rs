@@ -3,10 +3,10 @@
 
 use clap::Args;
 
+use super::load::{peak_rss, read_epoch, spawn_serve, stream_concurrently};
 use crate::data::Codec;
 use crate::data::import::generate_synthetic;
 use crate::data::writer::WriterOptions;
-use crate::server::load::{peak_rss, read_epoch, spawn_serve, stream_concurrently};
 use crate::units::format_bytes;
 
 #[derive(Args)]

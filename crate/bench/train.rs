@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::Value;
 
+use crate::flags::{ModelKind, ModelShapeArgs};
 use crate::memory::{Breakdown, Calibration, Probe};
 use crate::units::format_bytes;
 
@@ -17,23 +18,9 @@ pub struct TrainBenchArgs {
     /// Dataset URL or folder.
     #[arg(long)]
     data: String,
-    #[arg(long, default_value = "mlp")]
-    model: String,
-    /// MLP hidden widths.
-    #[arg(long, default_value = "512")]
-    hidden: String,
-    /// CNN channels per conv block.
-    #[arg(long, default_value = "16,32")]
-    channels: String,
-    /// GPT blocks, heads, width and context (see `headroom train --help`).
-    #[arg(long, default_value = "4")]
-    layers: String,
-    #[arg(long, default_value = "4")]
-    heads: String,
-    #[arg(long, default_value = "256")]
-    width: String,
-    #[arg(long, default_value = "256")]
-    context: String,
+    /// The model and its size, with `headroom train`'s flags and defaults.
+    #[command(flatten)]
+    model: ModelShapeArgs,
     /// Rounds over every lever, in turn: samples/s is the median over rounds, with its
     /// range (these machines are noisy).
     #[arg(long, default_value_t = 3)]
@@ -276,32 +263,19 @@ pub(super) fn flags(list: &[&str]) -> Vec<String> {
 /// levers take turns within each round, so a slow spell of the machine hits all of them.
 pub fn bench_train(args: TrainBenchArgs) -> anyhow::Result<()> {
     let work = tempfile::tempdir()?;
-    let batch = args.effective_batch.unwrap_or(match args.model.as_str() {
-        "cnn" => 64,
-        "gpt" => 8,
-        _ => 2048,
+    let batch = args.effective_batch.unwrap_or(match args.model.model {
+        ModelKind::Cnn => 64,
+        ModelKind::Gpt => 8,
+        ModelKind::Mlp => 2048,
     });
     let quarter = (batch / 4).max(1).to_string();
-    let base = flags(&[
-        "--model",
-        &args.model,
-        "--hidden",
-        &args.hidden,
-        "--channels",
-        &args.channels,
-        "--layers",
-        &args.layers,
-        "--heads",
-        &args.heads,
-        "--width",
-        &args.width,
-        "--context",
-        &args.context,
+    let mut base = args.model.to_flags();
+    base.extend(flags(&[
         "--backend",
         &args.backend,
         "--effective-batch",
         &batch.to_string(),
-    ]);
+    ]));
     let levers: [(&str, Vec<String>); 5] = [
         ("baseline f32", flags(&[])),
         ("accumulation 4x", flags(&["--micro-batch", &quarter])),
@@ -312,18 +286,14 @@ pub fn bench_train(args: TrainBenchArgs) -> anyhow::Result<()> {
             flags(&["--micro-batch", &quarter, "--precision", "f16", "--checkpointing"]),
         ),
     ];
-    let gpt_size = format!(
-        "{} layers x {} wide, {} heads, context {}",
-        args.layers, args.width, args.heads, args.context
-    );
-    let size = match args.model.as_str() {
-        "cnn" => &args.channels,
-        "gpt" => &gpt_size,
-        _ => &args.hidden,
-    };
+    let size = args.model.size();
     println!(
         "{} ({size}) on {}, effective batch {batch}, {} steps per setting, {} rounds (samples/s: median after {} warm-up steps, then median and range over rounds), each in a fresh process:",
-        args.model, args.backend, args.steps, args.runs, args.warmup
+        args.model.model.name(),
+        args.backend,
+        args.steps,
+        args.runs,
+        args.warmup
     );
     let mut rounds: Vec<Vec<Measured>> = levers.iter().map(|_| Vec::new()).collect();
     for round in 0..args.runs.max(1) {
@@ -334,8 +304,8 @@ pub fn bench_train(args: TrainBenchArgs) -> anyhow::Result<()> {
         }
     }
     // The GPT's speed in tokens: a sample is a window of `context` positions.
-    let tokens_per_sample: f64 = match args.model.as_str() {
-        "gpt" => args.context.parse().unwrap_or(1.0),
+    let tokens_per_sample: f64 = match args.model.model {
+        ModelKind::Gpt => args.model.context as f64,
         _ => 1.0,
     };
     println!(

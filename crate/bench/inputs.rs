@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use crate::data::mutate;
+use super::mutate;
 
 #[derive(Args)]
 pub struct InputsBenchArgs {

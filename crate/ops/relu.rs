@@ -48,7 +48,8 @@ pub trait ReluKeepingOutput: Backend {
 impl ReluKeepingOutput for CubeBackend {}
 
 /// flex's `relu_backward` is one fused pass with no mask, where its `sign` is a scalar
-/// loop (~10% of a CNN step under perf) followed by a second pass for the product.
+/// loop followed by a second pass for the product, a visible part of a CNN step under perf
+/// (docs/benchmarks.md, "the run with mimalloc (not shipped)").
 impl ReluKeepingOutput for Flex {
     fn relu_backward_from_output(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
         Self::relu_backward(output, grad)
@@ -100,15 +101,20 @@ pub fn relu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 mod tests {
     use burn::tensor::Distribution;
     use burn::tensor::activation;
+    // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
 
     /// The same values and the same gradient as burn's ReLU, zeros (whose gradient burn
     /// takes as 0) included, through a product so the gradient is not all ones. On wgpu the
     /// trait's own backward runs (the sign product).
+    // The wgpu device is made asynchronously in the browser (tests/wasm_train.rs).
+    #[cfg(not(target_arch = "wasm32"))]
     #[test]
     fn equals_burns_relu_forward_and_backward() {
-        equals_burns_relu_on(crate::train::BackendKind::Wgpu.device().autodiff());
+        equals_burns_relu_on(crate::ops::backend::BackendKind::Wgpu.device().autodiff());
     }
 
     #[cfg(feature = "ndarray")]

@@ -12,8 +12,10 @@ pub enum ModelKind {
     Gpt,
 }
 
+/// Which model and its size: the flags `train`, `plan`, `bench train` and `bench soak` all
+/// take, with the same defaults.
 #[derive(Args, Clone, Debug)]
-pub struct ModelArgs {
+pub struct ModelShapeArgs {
     #[arg(long, value_enum, default_value = "mlp")]
     pub model: ModelKind,
     /// MLP hidden widths, comma-separated.
@@ -34,6 +36,13 @@ pub struct ModelArgs {
     /// GPT context: the tokens each position may look back over.
     #[arg(long, default_value_t = 64)]
     pub context: usize,
+}
+
+/// The model and the batch: what `train`, `plan` and `bench soak` take.
+#[derive(Args, Clone, Debug)]
+pub struct ModelArgs {
+    #[command(flatten)]
+    pub shape: ModelShapeArgs,
     /// Samples per optimizer step (windows of text for the GPT).
     #[arg(long, default_value_t = 256)]
     pub effective_batch: usize,
@@ -72,6 +81,51 @@ fn parse_micro_batch(text: &str) -> Result<MicroBatch, String> {
 
 impl ModelArgs {
     pub fn model_config(&self) -> ModelConfig {
+        self.shape.model_config()
+    }
+}
+
+impl ModelKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelKind::Mlp => "mlp",
+            ModelKind::Cnn => "cnn",
+            ModelKind::Gpt => "gpt",
+        }
+    }
+}
+
+impl ModelShapeArgs {
+    /// The same flags again, for a `headroom train` the benchmarks start as a process of
+    /// its own.
+    pub fn to_flags(&self) -> Vec<String> {
+        [
+            ("--model", self.model.name().to_string()),
+            ("--hidden", comma_separated(&self.hidden)),
+            ("--channels", comma_separated(&self.channels)),
+            ("--layers", self.layers.to_string()),
+            ("--heads", self.heads.to_string()),
+            ("--width", self.width.to_string()),
+            ("--context", self.context.to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_string(), value])
+        .collect()
+    }
+
+    /// The model's size in words: its widths, channels or GPT shape.
+    pub fn size(&self) -> String {
+        match self.model {
+            ModelKind::Mlp => comma_separated(&self.hidden),
+            ModelKind::Cnn => comma_separated(&self.channels),
+            ModelKind::Gpt => format!(
+                "{} layers x {} wide, {} heads, context {}",
+                self.layers, self.width, self.heads, self.context
+            ),
+        }
+    }
+
+    pub fn model_config(&self) -> ModelConfig {
         match self.model {
             ModelKind::Mlp => ModelConfig::Mlp {
                 hidden: self.hidden.clone(),
@@ -87,4 +141,13 @@ impl ModelArgs {
             }),
         }
     }
+}
+
+/// `[512, 256]` as the flags take it: `512,256`.
+fn comma_separated(values: &[usize]) -> String {
+    values
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }

@@ -14,9 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use super::config::TrainConfig;
 use super::error::TrainError;
-use super::events::EvalRecord;
 use super::precision::LossScaler;
-use super::run::Progress;
+use super::run::{History, Progress};
 use super::trainer::Trainer;
 use crate::data::chunk::sha256_hex;
 use crate::data::{BatchReader, DataSource, ReaderPosition, Split};
@@ -29,16 +28,6 @@ pub const FORMAT: u32 = 1;
 
 /// How a checkpoint blob begins (see [`Checkpoint::to_bytes`]).
 pub const MAGIC: &[u8] = b"HEADROOM RUN\n";
-
-/// Losses and evaluations so far, for the curves of a resumed run.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct History {
-    /// The loss of step `i + 1` at `losses[i]` (an f16 step that overflowed has an
-    /// infinite one, which comes back as NaN).
-    #[serde(deserialize_with = "super::events::floats_or_nan")]
-    pub losses: Vec<f32>,
-    pub evals: Vec<EvalRecord>,
-}
 
 /// Everything of a run but its tensors.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -9,8 +9,9 @@
 //! block per plane, so a plane's lanes repeat one lane's work. Here neighbouring invocations
 //! take neighbouring column vectors and share their rows, so every lane does its own work
 //! and a row's value is read once per tile. `headroom bench matmul` measures it beside
-//! cubek's routines: ~3.5x `CpuGemm` on the MLP's and the GPT's large products on
-//! SwiftShader, behind burn's routine on lavapipe (README, "Where the time goes").
+//! cubek's routines: several times `CpuGemm`'s speed on the MLP's and the GPT's large
+//! products on SwiftShader, behind burn's routine on lavapipe (docs/benchmarks.md,
+//! "Headroom's own matmul kernel for SwiftShader").
 
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn_cubecl::cubecl;

@@ -5,29 +5,28 @@
 //! The windows: per image, row (in, ky, kx) is the input shifted by (ky - 1, kx - 1), the
 //! padding as zeros, images split over threads natively (`platform::for_each_chunk_mut`).
 //! Then everything is one batched matmul over the images:
-//! - forward: the kernel [out, (in, ky, kx)] times the windows, plus the bias. Release
-//!   build, 2 cores, batch 64, medians of 7x20 calls, flex's conv2d against this: 2 to 8
-//!   channels at 28x28 1.06 -> 0.49 ms, 4 to 8 1.83 -> 0.82, 8 to 16 3.98 -> 1.51, at 14x14
-//!   1.15 -> 0.55, 16 to 32 2.00 -> 1.24. With one input channel flex's conv (it has a
-//!   path for few channels) was as fast, 0.34 against 0.37 ms, so it stays.
+//! - forward: the kernel [out, (in, ky, kx)] times the windows, plus the bias: faster than
+//!   flex's conv2d from two input channels on. With one input channel flex's conv (it has
+//!   a path for few channels) was as fast, so it stays.
 //! - weight gradient: each image's output gradient times its windows' transpose, summed
 //!   over the images. burn's is another conv, the input with batch and channels swapped
 //!   convolved with the output gradient as its kernel: its batch is then the input's
 //!   channels, which flex splits over its threads (a first layer on one-channel images is
-//!   one long task). burn's against this: 1 to 8 at 28x28 0.83 -> 0.32 ms, 4 to 8 1.39 ->
-//!   0.86, 8 to 16 at 14x14 0.83 -> 0.58, 16 to 32 2.71 -> 1.34. (One matmul over the whole
-//!   batch was slower from four channels on: 4.8 ms for 4 to 8, its transposed operand long
-//!   and its small dimensions unsplit.)
+//!   one long task). This was faster than burn's on every shape measured. (One matmul over
+//!   the whole batch was slower from four channels on, its transposed operand long and its
+//!   small dimensions unsplit.)
 //! - input gradient: the kernel's transpose times each image's output gradient (the
 //!   windows' gradient), each window row added back where it was read, in place of flex's
 //!   `conv_transpose2d`. Measured only in training (8 to 16 at 14x14 is the one layer that
-//!   needs it in the comparison's CNN): 12,636 -> 15,579 samples/s.
+//!   needs it in the comparison's CNN), where it sped the CNN up.
+//!
+//! The figures: docs/benchmarks.md, "the CNN's conv and pool on flex, op by op".
 //!
 //! The bias gradient is burn's, and so is what is kept for backward (the input, the weight,
 //! the bias; the windows are freed as soon as they are multiplied), so the planner's census
 //! does not move.
 //!
-//! A burn backend extension, like [`crate::model::relu`]; only flex is routed here
+//! A burn backend extension, like [`crate::ops::relu`]; only flex is routed here
 //! (crate/model/conv.rs).
 
 // burn marks ndarray deprecated in favour of flex; natively it is an opt-in CPU backend.
@@ -314,6 +313,9 @@ pub fn conv3x3_same(x: Tensor<4>, weight: Tensor<4>, bias: Tensor<1>) -> Tensor<
 mod tests {
     use burn::tensor::module::conv2d;
     use burn::tensor::{Distribution, Tolerance};
+    // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
 

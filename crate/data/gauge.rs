@@ -1,3 +1,5 @@
+//! The bytes the data pipeline holds now and at its peak, against the bound it promises.
+
 use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -7,7 +7,7 @@
 //! checkpointing peaks. Backward from [`vjp_seed`] hands `upstream` itself to `output` as
 //! its gradient, so nothing of that size is built.
 //!
-//! A burn backend extension, like [`crate::model::relu`]: only the autodiff backend's
+//! A burn backend extension, like [`crate::ops::relu`]: only the autodiff backend's
 //! version does anything beyond its value.
 
 // burn marks ndarray deprecated in favour of flex; natively it is an opt-in CPU backend.
@@ -81,6 +81,9 @@ pub fn vjp_seed<const D: usize>(output: Tensor<D>, upstream: Tensor<D>) -> Tenso
 #[cfg(test)]
 mod tests {
     use burn::tensor::Distribution;
+    // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
 

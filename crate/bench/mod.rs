@@ -1,3 +1,18 @@
+//! `headroom bench ...`: the benchmarks, out of the product modules. Each command measures
+//! one part (training, the planner, the data pipeline, bad input, the server under load, a
+//! long soak, the GPU matmul routines) and prints figures for docs/benchmarks.md; `mutate`
+//! (bad-input cases) and `load` (a load generator for `headroom serve`) serve them and the
+//! tests.
+
+mod inputs;
+pub mod load;
+mod matmul;
+pub mod mutate;
+mod pipeline;
+mod serve;
+mod soak;
+mod train;
+
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
@@ -17,22 +32,22 @@ pub enum BenchCommand {
     /// its bound, for Fashion-MNIST and for a synthetic set several times larger.
     Data(DataBenchArgs),
     /// samples/s and peak memory of each memory lever, as ratios to plain f32.
-    Train(super::bench_train::TrainBenchArgs),
+    Train(train::TrainBenchArgs),
     /// The planner's predicted peak against the measured one over many configurations.
-    Plan(super::bench_train::PlanBenchArgs),
+    Plan(train::PlanBenchArgs),
     /// samples/s against the data pipeline's bytes held, for each prefetch depth and way
     /// of evaluating, and the run the planner picks under a cap.
-    Pipeline(super::bench_pipeline::PipelineBenchArgs),
+    Pipeline(pipeline::PipelineBenchArgs),
     /// Mutated manifests and chunks through opening and reading: valid, refused, panics.
-    Inputs(super::bench_inputs::InputsBenchArgs),
+    Inputs(inputs::InputsBenchArgs),
     /// Many clients streaming an epoch from one `headroom serve` at once: correct, failed,
     /// and the server's peak memory.
-    Serve(super::bench_serve::ServeBenchArgs),
+    Serve(serve::ServeBenchArgs),
     /// A long run at a tight cap: the reservation after warm-up, the enforcements, and a
     /// run taken up again from its checkpoint halfway against one never stopped.
-    Soak(super::bench_soak::SoakBenchArgs),
+    Soak(soak::SoakBenchArgs),
     /// cubek's subgroup-free matmul routines side by side on the MLP's and the GPT's shapes.
-    Matmul(super::bench_matmul::MatmulBenchArgs),
+    Matmul(matmul::MatmulBenchArgs),
 }
 
 impl BenchCommand {
@@ -65,13 +80,13 @@ pub struct DataBenchArgs {
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Data(args) => bench_data(args).await,
-        BenchCommand::Train(args) => super::bench_train::bench_train(args),
-        BenchCommand::Plan(args) => super::bench_train::bench_plan(args),
-        BenchCommand::Pipeline(args) => super::bench_pipeline::bench_pipeline(args),
-        BenchCommand::Inputs(args) => super::bench_inputs::bench_inputs(args),
-        BenchCommand::Serve(args) => super::bench_serve::bench_serve(args).await,
-        BenchCommand::Soak(args) => super::bench_soak::bench_soak(args).await,
-        BenchCommand::Matmul(args) => super::bench_matmul::bench_matmul(args),
+        BenchCommand::Train(args) => train::bench_train(args),
+        BenchCommand::Plan(args) => train::bench_plan(args),
+        BenchCommand::Pipeline(args) => pipeline::bench_pipeline(args),
+        BenchCommand::Inputs(args) => inputs::bench_inputs(args),
+        BenchCommand::Serve(args) => serve::bench_serve(args).await,
+        BenchCommand::Soak(args) => soak::bench_soak(args).await,
+        BenchCommand::Matmul(args) => matmul::bench_matmul(args),
     }
 }
 

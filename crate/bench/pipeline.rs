@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Args;
 use serde_json::Value;
 
-use super::bench_train::{flags, median, train_events};
+use super::train::{flags, median, train_events};
 use crate::units::{format_bytes, parse_bytes};
 
 #[derive(Args)]

@@ -15,15 +15,15 @@ use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::chunk::{sha256_hex, verify_and_decode};
-use super::codec::Codec;
-use super::error::DataError;
-use super::import::{generate_synthetic, import_text};
-use super::manifest::{MANIFEST_FILE, Manifest};
-use super::memory::MemoryGauge;
-use super::stream::{self, StreamOptions};
-use super::text;
-use super::writer::WriterOptions;
+use crate::data::chunk::{sha256_hex, verify_and_decode};
+use crate::data::codec::Codec;
+use crate::data::error::DataError;
+use crate::data::gauge::MemoryGauge;
+use crate::data::import::{generate_synthetic, import_text};
+use crate::data::manifest::{MANIFEST_FILE, Manifest};
+use crate::data::stream::{self, StreamOptions};
+use crate::data::text;
+use crate::data::writer::WriterOptions;
 
 /// Tokens per window a text case is read with.
 const WINDOW: usize = 9;

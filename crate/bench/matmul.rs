@@ -5,8 +5,8 @@
 use clap::Args;
 use web_time::Instant;
 
-use super::bench_train::median;
-use crate::model::matmul::{MatmulRoutine, matmul_on_routine, routine_refusals};
+use super::train::median;
+use crate::ops::matmul::{MatmulRoutine, matmul_on_routine, routine_refusals};
 use crate::train::BackendKind;
 use burn::prelude::*;
 use burn::tensor::Distribution;

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use burn::prelude::Device;
 
-use crate::model::matmul::{MatmulRoutine, routine_for_adapter, set_gpu_routine};
+use crate::ops::matmul::{MatmulRoutine, routine_for_adapter, set_gpu_routine};
 use burn::tensor::wgpu::wgpu;
 use futures::lock::Mutex;
 use serde::{Deserialize, Serialize};

@@ -3,20 +3,22 @@
 //! burn built without `autotune` runs every matmul on cubek's `SimpleUnit` routine (the
 //! fallback after the tensor-core routines, which no WebGPU adapter offers), and has no
 //! switch for another. Autotune would choose, but in the browser it can choose a kernel
-//! whose WGSL failed to compile (see the README). This op launches the named routine
+//! whose WGSL failed to compile (docs/backends.md, "Autotune"). This op launches the named routine
 //! through cubek itself, forward and backward; `headroom bench matmul` measures them side
 //! by side on the adapter. CPU backends ignore the routine and run their own matmul.
 //!
-//! Measured (`headroom bench matmul`, 2026-12-03, the MLP's and the GPT's shapes): on
+//! Measured with `headroom bench matmul` on the MLP's and the GPT's shapes: on
 //! SwiftShader, the software adapter headless Chromium offers, `Naive` (one output per
 //! invocation) and `CpuGemm` took about half of `SimpleUnit`'s time on every shape; on
 //! lavapipe `SimpleUnit` stays the fastest. `Naive` copies any operand not laid out as it
-//! reads (a weight gradient's transposed input: +8 MiB reserved on a batch of 2048), where
-//! `CpuGemm` reads transposed operands in place and reserves what burn's routine does.
-//! Headroom's own `RegisterTile` kernel (crate/model/tile_matmul.rs) then ran the MLP's and
-//! the GPT's large products on SwiftShader at ~3 GFLOP/s against `CpuGemm`'s ~0.9, reading
-//! transposed operands in place too; on lavapipe burn's routine still won most shapes. So
-//! the GPU's matmuls take `RegisterTile` on SwiftShader and burn's own routine elsewhere.
+//! reads (a weight gradient's transposed input), so it reserves more, where `CpuGemm`
+//! reads transposed operands in place and reserves what burn's routine does
+//! (docs/benchmarks.md, "the matmul routine, per adapter"). Headroom's own `RegisterTile`
+//! kernel (crate/ops/tile_matmul.rs) then ran the MLP's and the GPT's large products on
+//! SwiftShader several times faster than `CpuGemm`, reading transposed operands in place
+//! too; on lavapipe burn's routine still won most shapes
+//! (docs/benchmarks.md, "Headroom's own matmul kernel for SwiftShader"). So the GPU's
+//! matmuls take `RegisterTile` on SwiftShader and burn's own routine elsewhere.
 
 // burn marks ndarray deprecated in favour of flex; natively it is an opt-in CPU backend.
 #![allow(deprecated)]
@@ -73,7 +75,7 @@ pub enum MatmulRoutine {
     /// The register-blocked routine cubek tuned for its CPU runtime.
     CpuGemm,
     /// Headroom's own kernel: a register tile per invocation, no shared memory
-    /// (crate/model/tile_matmul.rs).
+    /// (crate/ops/tile_matmul.rs).
     RegisterTile,
 }
 
@@ -360,7 +362,7 @@ mod tests {
     use burn::tensor::{Distribution, Tolerance};
 
     use super::*;
-    use crate::train::BackendKind;
+    use crate::ops::backend::BackendKind;
 
     /// Held by each test that reads [`routine_refusals`], so that no other test's refusal
     /// lands between its two readings (the count is process-wide, tests run in parallel).

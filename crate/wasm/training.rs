@@ -13,7 +13,8 @@ use super::{data_error_to_js, error_to_js, to_js, train_error_to_js};
 use crate::data::DataSource;
 use crate::data::ErrorKind;
 use crate::memory::{Candidate, MemoryTracker, Plan};
-use crate::train::{Precision, Progress, TrainConfig, Trainer, advice, checkpoint, plan};
+use crate::train::error::Refusal;
+use crate::train::{Precision, Progress, TrainConfig, TrainError, Trainer, advice, plan, saved_run};
 
 fn preference(value: &str) -> Result<Preference, JsValue> {
     serde_wasm_bindgen::from_value(JsValue::from_str(value)).map_err(|_| {
@@ -53,8 +54,8 @@ struct Preview<'a> {
     device: DeviceReport<'a>,
     plan: &'a Plan,
     chosen: Option<&'a Candidate>,
-    /// Why nothing fits, in words, when nothing does.
-    refusal: Option<String>,
+    /// Why nothing fits, as figures the page formats, when nothing does.
+    refusal: Option<&'a Refusal>,
     precision: Precision,
     precision_note: &'a Option<String>,
     /// What each memory lever would hold for this run (census).
@@ -100,7 +101,10 @@ pub fn plan_run(url: String, config: JsValue, backend: String) -> js_sys::Promis
             device: DeviceReport::from(&acquired),
             plan: &run_plan.plan,
             chosen: picked.as_ref().ok().copied(),
-            refusal: picked.as_ref().err().map(ToString::to_string),
+            refusal: match &picked {
+                Err(TrainError::CapTooSmall(refusal)) => Some(refusal.as_ref()),
+                _ => None,
+            },
             precision: run_plan.precision,
             precision_note: &run_plan.precision_note,
             levers: advice::lever_peaks(&run_plan),
@@ -130,7 +134,7 @@ async fn cause_of(error: crate::train::TrainError) -> JsValue {
 struct SavedSummary<'a> {
     step: u64,
     total_steps: u64,
-    history: &'a checkpoint::History,
+    history: &'a crate::train::run::History,
 }
 
 /// The run, taken out for one call (put back when it ends); `busy` says why a call that
@@ -192,7 +196,7 @@ impl Training {
     /// the dataset at `url` is not the one it trained on.
     pub fn resume(url: String, bytes: Vec<u8>, backend: String) -> js_sys::Promise {
         future_to_promise(async move {
-            let saved = checkpoint::Checkpoint::from_bytes(&bytes).map_err(train_error_to_js)?;
+            let saved = saved_run::Checkpoint::from_bytes(&bytes).map_err(train_error_to_js)?;
             let acquired = device::acquire(preference(&backend)?)
                 .await
                 .map_err(|e| error_to_js(ErrorKind::NoDevice, e))?;
@@ -200,7 +204,7 @@ impl Training {
                 .await
                 .map_err(data_error_to_js)?;
             let (trainer, progress) =
-                checkpoint::restore(&saved, |_| {}, &source, acquired.device.clone(), acquired.backend)
+                saved_run::restore(&saved, |_| {}, &source, acquired.device.clone(), acquired.backend)
                     .map_err(train_error_to_js)?;
             Ok(Training::new(trainer, progress, source, acquired).into())
         })
@@ -213,7 +217,7 @@ impl Training {
         let running = self.running.clone();
         future_to_promise(async move {
             let state = take(&running, "the run is busy: await each call")?;
-            let saved = checkpoint::capture(&state.trainer, &state.progress, &state.source).await;
+            let saved = saved_run::capture(&state.trainer, &state.progress, &state.source).await;
             let total_steps = state
                 .trainer
                 .config()
@@ -273,7 +277,7 @@ impl Training {
         let running = self.running.clone();
         future_to_promise(async move {
             let state = take(&running, "the run is busy: pause it first")?;
-            let bytes = checkpoint::model_bytes(state.trainer.model()).await;
+            let bytes = saved_run::model_bytes(state.trainer.model()).await;
             *running.borrow_mut() = Some(state);
             let bytes = bytes.map_err(train_error_to_js)?;
             Ok(js_sys::Uint8Array::from(bytes.as_slice()).into())
