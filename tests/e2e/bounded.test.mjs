@@ -1,8 +1,8 @@
-// The page's long-run bounds (web/bounded.js), without a browser: what is kept stays
+// The page's long-run bounds (web/page/bounded.js), without a browser: what is kept stays
 // bounded, and no peak is lost.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { MetricsLog, peakOf, pushBounded } from "../../web/bounded.js";
+import { MetricsLog, peakOf, pushBounded } from "../../web/page/bounded.js";
 
 test("10,000 memory samples keep at most the limit, the spike and the latest time", () => {
   let samples = [];

@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { before, test } from "node:test";
-import { openPlayground, repo, setRun, sharedServerAndBrowser } from "../../web/harness.mjs";
+import { openPlayground, repo, setRun, sharedServerAndBrowser } from "../../web/bench/harness.mjs";
 
 const artifacts = join(repo, "tests", "artifacts");
 const MIB = 1024 * 1024;
@@ -194,9 +194,14 @@ test("a cap too small for any plan is refused before training, naming the cap th
   await page.waitForSelector("#plan.refused");
   const refusal = await page.textContent("#plan");
   assert.match(refusal, /Nothing fits: .*cap of 1\.0 MiB/);
-  // Computed, not a fixed sentence: the smallest cap that fits, and what each lever needs.
-  const needed = Number(refusal.match(/the smallest cap that fits is ([\d.]+) MiB/)[1]);
-  assert.ok(needed > 1, refusal);
+  // Computed, not a fixed sentence: the smallest cap that fits (a figure the page gets as
+  // data, not parsed from the text), and what each lever needs.
+  const neededBytes = Number(await page.getAttribute("#plan", "data-needed-bytes"));
+  assert.equal(Number(await page.getAttribute("#plan", "data-cap-bytes")), 1024 * 1024);
+  assert.ok(neededBytes > 1024 * 1024, refusal);
+  // The cap entered in MiB, rounded up to the tenth as the page shows it.
+  const needed = Math.ceil((neededBytes / (1024 * 1024)) * 10 - 1e-9) / 10;
+  assert.match(refusal, new RegExp(`the smallest cap that fits is ${needed.toFixed(1)} MiB`));
   assert.match(refusal, /No lever left to this run fits 1\.0 MiB \(it would need [\d.]+ MiB with chunks of \d+ samples.*, [\d.]+ MiB with checkpointing/);
   // The cap it names really fits.
   await page.fill("#cap", String(needed));
@@ -279,7 +284,7 @@ test("the GPT trains on Shakespeare in the page under a cap below half its unlev
 });
 
 test("a WebGPU shader that fails to compile is caught as a problem, though Chromium only warns", async () => {
-  // The guard every test above relies on (web/harness.mjs, watchProblems): the browser hides
+  // The guard every test above relies on (web/bench/harness.mjs, watchProblems): the browser hides
   // a kernel that did not compile behind a console warning, and the launch looks successful.
   const { page, problems } = await openPage();
   await page.evaluate(async () => {

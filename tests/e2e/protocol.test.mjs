@@ -3,7 +3,7 @@
 // tests/run-all sets HEADROOM_BIN and builds static/pkg and static/data first.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { openPlayground, setRun, sharedServerAndBrowser } from "../../web/harness.mjs";
+import { openPlayground, setRun, sharedServerAndBrowser } from "../../web/bench/harness.mjs";
 
 const shared = sharedServerAndBrowser();
 

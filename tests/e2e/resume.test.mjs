@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { test } from "node:test";
-import { openPlayground, setRun, sharedServerAndBrowser } from "../../web/harness.mjs";
+import { openPlayground, setRun, sharedServerAndBrowser } from "../../web/bench/harness.mjs";
 
 const STEPS = 120;
 const shared = sharedServerAndBrowser();

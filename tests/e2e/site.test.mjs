@@ -1,4 +1,4 @@
-// The static site web/build-site makes, as users host it: on a plain static server that
+// The static site web/scripts/build-site makes, as users host it: on a plain static server that
 // sends no special headers (Python's http.server), under a sub-path; with --isolate, where
 // a service worker adds COOP/COEP and the chunks come from another origin (CORS); and
 // behind headroom serve. Each trains to the end.
@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { launchChromium, openPlayground, repo, serve, setRun } from "../../web/harness.mjs";
+import { launchChromium, openPlayground, repo, serve, setRun } from "../../web/bench/harness.mjs";
 
 const shared = { browser: null, servers: [], work: null, plain: null, isolated: null, data: null };
 
@@ -29,7 +29,7 @@ function pythonServer(folder) {
 }
 
 function buildSite(out, ...flags) {
-  execFileSync(join(repo, "web/build-site"), [out, ...flags], { cwd: repo, stdio: ["ignore", "ignore", "inherit"] });
+  execFileSync(join(repo, "web/scripts/build-site"), [out, ...flags], { cwd: repo, stdio: ["ignore", "ignore", "inherit"] });
 }
 
 before(async () => {

@@ -1,7 +1,7 @@
 // The playground's figures in headless Chromium: steady samples/s, peak device bytes,
 // page load to first step, wasm size. Each case runs in a fresh browser, BENCH_ROUNDS
 // times (cases take turns within a round); BENCH_CASES picks cases by a word of their name.
-//   node web/bench.mjs            (after web/build-wasm and cargo build --bin headroom)
+//   node web/bench/bench.mjs            (after web/scripts/build-wasm and cargo build --bin headroom)
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";

@@ -1,13 +1,13 @@
 // Page load to the first training step, and the bytes a first load sends, for the site
-// web/build-site makes, behind headroom serve (which sends the .br copies). Per backend and
+// web/scripts/build-site makes, behind headroom serve (which sends the .br copies). Per backend and
 // round: a fresh browser context (empty HTTP cache: a first visit), then a second page in
 // the same context (warm cache: a return visit). Start is pressed as soon as the page is
 // ready; the run stops after its first step.
-//   node web/first-step.mjs SITE_DIR      (FIRST_STEP_ROUNDS, FIRST_STEP_BACKENDS)
+//   node web/bench/first-step.mjs SITE_DIR      (FIRST_STEP_ROUNDS, FIRST_STEP_BACKENDS)
 import { launchChromium, median, serve } from "./harness.mjs";
 
 const site = process.argv[2];
-if (!site) throw new Error("usage: node web/first-step.mjs SITE_DIR (web/build-site makes one)");
+if (!site) throw new Error("usage: node web/bench/first-step.mjs SITE_DIR (web/scripts/build-site makes one)");
 const rounds = Number(process.env.FIRST_STEP_ROUNDS ?? 3);
 const backends = (process.env.FIRST_STEP_BACKENDS ?? "cpu,webgpu").split(",");
 const mib = (bytes) => (bytes / 2 ** 20).toFixed(2);

@@ -6,7 +6,7 @@ import { dirname, join } from "node:path";
 import { after, before } from "node:test";
 import { fileURLToPath } from "node:url";
 
-export const repo = join(dirname(fileURLToPath(import.meta.url)), "..");
+export const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const { chromium } = createRequire(join(repo, "web", "package.json"))("playwright-core");
 
 export const CHROMIUM_ARGS = [
@@ -18,7 +18,7 @@ export const CHROMIUM_ARGS = [
   "--no-sandbox",
 ];
 
-/// Serves static/ and web/ (or `root` alone: a site web/build-site built) on a free port;
+/// Serves static/ and web/ (or `root` alone: a site web/scripts/build-site built) on a free port;
 /// resolves to { url, stop }.
 export function serve(binary = process.env.HEADROOM_BIN ?? join(repo, "target", "debug", "headroom"), root = null) {
   return serveFolders(binary, root == null ? ["--root", "static", "--web", "web"] : ["--root", root]);

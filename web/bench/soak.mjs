@@ -2,7 +2,7 @@
 // reservation stop growing after warm-up, does the enforcer stop acting after the first
 // steps, do the worker's wasm memory and the page's heap stay flat, and does the run,
 // reloaded halfway, resume from its checkpoint and finish with every step's loss?
-//   node web/soak.mjs    (after web/build-wasm and cargo build --bin headroom)
+//   node web/bench/soak.mjs    (after web/scripts/build-wasm and cargo build --bin headroom)
 //   SOAK_STEPS=1000 SOAK_TIGHTNESS=1.05 SOAK_LAYERS=64 SOAK_BATCH=128
 import { launchChromium, openPlayground, serve, setRun } from "./harness.mjs";
 

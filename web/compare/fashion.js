@@ -1,5 +1,5 @@
 // The peers' side of the data: the first samples of a split of a Headroom chunk dataset
-// (README, "Chunk format"), in file order, which is the order Headroom reads when it does
+// (docs/data-format.md, "Chunk format"), in file order, which is the order Headroom reads when it does
 // not shuffle. Every chunk is checked as Headroom checks it: length, sha256, decoded size.
 
 async function chunkBytes(url, chunk) {

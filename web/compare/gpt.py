@@ -43,7 +43,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--headroom", required=True)
     parser.add_argument("--torch-python", required=True)
-    parser.add_argument("--data", required=True, help="a text dataset folder (web/prepare-shakespeare)")
+    parser.add_argument("--data", required=True, help="a text dataset folder (web/scripts/prepare-shakespeare)")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--width", type=int, default=128)

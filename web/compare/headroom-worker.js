@@ -3,7 +3,7 @@
 // read in file order, keep the learning rate constant and evaluate the first test samples.
 import init, { Training } from "../../pkg/headroom.js";
 
-/** @typedef {import("../types/train-config").TrainConfig} TrainConfig */
+/** @typedef {import("../page/types/train-config").TrainConfig} TrainConfig */
 
 /**
  * @param {{ model: "mlp" | "cnn", layers: number[], learning_rate: number, epsilon: number,

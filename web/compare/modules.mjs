@@ -13,7 +13,7 @@ import { copyFileSync, mkdtempSync, rmSync, statSync, symlinkSync, mkdirSync } f
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { launchChromium, median, repo, runCompareCase, serveFolders } from "../harness.mjs";
+import { launchChromium, median, repo, runCompareCase, serveFolders } from "../bench/harness.mjs";
 
 const { values: options } = parseArgs({
   options: {

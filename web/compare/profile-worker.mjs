@@ -5,12 +5,12 @@
 //     web/compare/profile-worker.mjs [--root DIR] [--backend webgpu|cpu] [--seconds 5]
 // --root: a folder with pkg/ (wasm-bindgen's JS and module) and data/, served as static/ is
 // (default static). The wasm functions have names only in a module kept with them:
-// `wasm-opt -O3 -g` on wasm-bindgen's output (web/build-wasm strips them).
+// `wasm-opt -O3 -g` on wasm-bindgen's output (web/scripts/build-wasm strips them).
 import { writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { launchChromium, repo, serveFolders } from "../harness.mjs";
+import { launchChromium, repo, serveFolders } from "../bench/harness.mjs";
 
 const { values: options } = parseArgs({
   options: {

@@ -8,7 +8,7 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { dirname, join } from "node:path";
 import { parseArgs } from "node:util";
-import { launchChromium, median, repo, runCompareCase, serve } from "../harness.mjs";
+import { launchChromium, median, repo, runCompareCase, serve } from "../bench/harness.mjs";
 
 const { values: options } = parseArgs({
   options: {

@@ -5,7 +5,7 @@
 // shows where it happens.
 //   HEADROOM_BIN=target/release/headroom node web/compare/wasm-tiering.mjs [--steps 200] [--runs 2]
 import { parseArgs } from "node:util";
-import { launchChromium, median, runCompareCase, serve } from "../harness.mjs";
+import { launchChromium, median, runCompareCase, serve } from "../bench/harness.mjs";
 
 const { values: options } = parseArgs({
   options: { steps: { type: "string", default: "200" }, runs: { type: "string", default: "2" } },

@@ -14,6 +14,21 @@ export function formatBytes(bytes) {
   return unit === 0 ? `${bytes} B` : `${value.toFixed(1)} ${units[unit]}`;
 }
 
+/// Rounded up to the tenth shown: for a cap that must be at least `bytes`, so that the cap
+/// printed really is enough (Rust's format_bytes_up).
+export function formatBytesUp(bytes) {
+  if (bytes == null) return "—";
+  const units = ["B", "KiB", "MiB", "GiB"];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  // The small tolerance keeps an exact tenth (16 MiB) from rounding past itself.
+  return unit === 0 ? `${bytes} B` : `${(Math.ceil(value * 10 - 1e-9) / 10).toFixed(1)} ${units[unit]}`;
+}
+
 export function toMiB(bytes) {
   return bytes == null ? null : bytes / MIB;
 }

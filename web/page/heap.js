@@ -33,7 +33,7 @@ export function heapNote() {
     : "the page JS heap series is missing";
   const fix = self.crossOriginIsolated
     ? ""
-    : " Serve the page with COOP/COEP headers (headroom serve does), or build the site with web/build-site --isolate, whose service worker adds them.";
+    : " Serve the page with COOP/COEP headers (headroom serve does), or build the site with web/scripts/build-site --isolate, whose service worker adds them.";
   return `${why}: ${series}; every other series is measured.${fix}`;
 }
 

@@ -2,7 +2,7 @@
 import { MetricsLog } from "./bounded.js";
 import { Charts, countedBytes } from "./charts.js";
 import { listDatasets, offerF16, onModelChange, readRun } from "./controls.js";
-import { fillTable, formatBytes } from "./format.js";
+import { fillTable, formatBytes, formatBytesUp } from "./format.js";
 import { heapNote, sampleHeap } from "./heap.js";
 import { ErrorKind, Reply, Request } from "./protocol.js";
 import { deleteRun, listRuns } from "./saved-runs.js";
@@ -129,9 +129,11 @@ function showPlan(preview) {
   const plan = $("plan");
   plan.classList.toggle("refused", !chosen);
   if (!chosen) {
-    plan.textContent = `Nothing fits: ${preview.refusal}`;
+    showRefusal(plan, preview.refusal);
     return;
   }
+  delete plan.dataset.neededBytes;
+  delete plan.dataset.capBytes;
   const cap = preview.plan.cap;
   const data = `prefetch ${chosen.data.prefetch}${chosen.data.pause_training_for_eval ? ", training stream paused for evaluation" : ""}`;
   const setting = `micro-batch ${chosen.micro_batch} × ${chosen.accumulation_steps} accumulation step(s), ${chosen.precision}${chosen.checkpointing ? ", checkpointing" : ""}, ${data}`;
@@ -141,6 +143,42 @@ function showPlan(preview) {
   plan.textContent = `Plan: ${setting}; ${peak}${against}.${note}`;
   plan.dataset.predictedPeak = chosen.predicted_peak;
   showLevers(preview.levers);
+}
+
+/// Why no setting fits the cap, from the planner's figures (Rust's `Refusal`); the figures
+/// themselves go on the element as data attributes.
+function showRefusal(element, refusal) {
+  element.textContent = `Nothing fits: ${describeRefusal(refusal)}`;
+  element.dataset.capBytes = refusal.cap_bytes;
+  element.dataset.neededBytes = refusal.needed_bytes;
+}
+
+function leverName(lever) {
+  switch (lever.kind) {
+    case "smaller-chunks":
+      return `chunks of ${lever.chunk_samples} samples, made by headroom prepare --chunk-samples ${lever.chunk_samples}`;
+    case "f16-storage":
+      return "f16 storage";
+    case "all-of-these":
+      return "all of these";
+    default:
+      return lever.kind;
+  }
+}
+
+function describeRefusal(refusal) {
+  const cap = formatBytes(refusal.cap_bytes);
+  const s = refusal.setting;
+  const data = `prefetch ${s.data.prefetch}${s.data.pause_training_for_eval ? ", training stream paused for evaluation" : ""}`;
+  const pages = s.smaller_micro_batches_need_more
+    ? "; smaller micro-batches need more here, as the device allocator rounds their tensors into pages"
+    : "";
+  const setting = `micro-batch ${s.micro_batch}, ${data}: a peak of ${formatBytes(s.peak_bytes)} (device ${formatBytes(s.device_bytes)}, data ${formatBytes(s.data_bytes)}) and the enforcer's 10% headroom${pages}`;
+  const fitting = refusal.levers.filter((l) => l.needed_bytes <= refusal.cap_bytes);
+  const advice = fitting.length
+    ? `Under ${cap} it fits with ${fitting.map((l) => `${leverName(l.lever)} (fits under ${formatBytesUp(l.needed_bytes)})`).join(", or ")}; or raise the cap.`
+    : `No lever left to this run fits ${cap}${refusal.levers.length ? ` (it would need ${refusal.levers.map((l) => `${formatBytesUp(l.needed_bytes)} with ${leverName(l.lever)}`).join(", ")})` : ""}: raise the cap or choose a smaller model.`;
+  return `a cap of ${cap} fits no setting of this run: the smallest cap that fits is ${formatBytesUp(refusal.needed_bytes)} (${setting}). ${advice}`;
 }
 
 /// What each lever would hold for this run, by the census, against none.
@@ -334,7 +372,9 @@ function onMessage({ data }) {
 }
 
 function onError(reply) {
-  const { request, kind, message } = reply;
+  const { request, kind, refusal } = reply;
+  // A refused cap is formatted here, from its figures.
+  const message = refusal ? describeRefusal(refusal) : reply.message;
   page.incidents.push({ request, kind, message, at: Date.now() });
   if (request === Request.PLAN) {
     if (stale(reply, Request.PLAN)) return;

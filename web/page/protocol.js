@@ -25,7 +25,8 @@
 //   { type: "model", bytes }                           answers export (Uint8Array)
 //   { type: "run", bytes }                             answers export-run (Uint8Array)
 //   { type: "streamed", manifest, figures }            answers stream
-//   { type: "error", request, kind, message }          any failure: its ErrorKind, in plain words
+//   { type: "error", request, kind, message, refusal? } any failure: its ErrorKind, in plain words;
+//                                                      a refused cap also its figures (Rust's Refusal)
 //
 // Every request carries a requestId the page numbers; the reply that answers it (and an
 // error it ends in) carries it back, so the page drops a reply to a request it has since
@@ -64,7 +65,7 @@ export const Reply = Object.freeze({
   ERROR: "error",
 });
 
-/// What kind of failure an error reply reports: Rust's `ErrorKind` (crate/data/error.rs),
+/// What kind of failure an error reply reports: Rust's `ErrorKind` (crate/error.rs),
 /// and those the worker adds. The page acts on the kind; the message is for the user.
 export const ErrorKind = Object.freeze({
   DATASET_MISSING: "dataset-missing",

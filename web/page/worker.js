@@ -1,6 +1,6 @@
 // Runs the wasm module off the page's thread: the page stays responsive while it trains.
 // A run advances one step per call, so pause, resume and stop act between steps.
-import init, { DataStream, Training, describeDevice, planRun } from "../pkg/headroom.js";
+import init, { DataStream, Training, describeDevice, planRun } from "../../pkg/headroom.js";
 import { ErrorKind, MEMORY_SAMPLE_MS, Reply, Request } from "./protocol.js";
 import { deleteRun, loadRun, saveRun } from "./saved-runs.js";
 
@@ -180,6 +180,8 @@ self.onmessage = async ({ data }) => {
     const reply = await handler(data);
     if (reply) self.postMessage({ ...reply, requestId: data.requestId }, reply.bytes ? [reply.bytes.buffer] : []);
   } catch (error) {
-    self.postMessage({ type: Reply.ERROR, request: data.type, requestId: data.requestId, kind: kindOf(error), message: describe(error) });
+    // A refused cap carries its figures (Rust's `Refusal`) for the page to format.
+    const refusal = error?.refusal;
+    self.postMessage({ type: Reply.ERROR, request: data.type, requestId: data.requestId, kind: kindOf(error), message: describe(error), ...(refusal ? { refusal } : {}) });
   }
 };

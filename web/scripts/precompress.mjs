@@ -1,6 +1,6 @@
 // Writes FILE.br (brotli, quality 11) and FILE.gz (gzip -9) beside each FILE given, for
 // servers that send a precompressed file to a browser that accepts it (`headroom serve`
-// does); prints the sizes. web/build-site imports it for every compressible file of a site.
+// does); prints the sizes. web/scripts/build-site imports it for every compressible file of a site.
 import { readFileSync, renameSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { brotliCompressSync, constants, gzipSync } from "node:zlib";
