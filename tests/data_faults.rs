@@ -190,8 +190,7 @@ async fn a_missing_local_file_fails_at_once_without_retries() {
         .unwrap();
     let error = scan_epoch(&source, Split::Train, 0, 64)
         .await
-        .err()
-        .expect("must fail");
+        .expect_err("must fail");
     assert!(
         matches!(
             error,
@@ -274,8 +273,7 @@ async fn a_chunk_longer_than_promised_is_cut_off() {
     let source = DataSource::open(&server.base_url, quick_retries()).await.unwrap();
     let error = scan_epoch(&source, Split::Train, 0, 64)
         .await
-        .err()
-        .expect("must fail");
+        .expect_err("must fail");
     assert!(
         matches!(&error, DataError::Chunk { cause: FetchCause::TooLarge { limit }, .. } if *limit == victim.compressed_bytes),
         "{error:?}"

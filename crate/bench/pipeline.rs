@@ -143,8 +143,8 @@ pub fn bench_pipeline(args: PipelineBenchArgs) -> anyhow::Result<()> {
         }
     }
     println!(
-        "{:<30} {:>10} {:>13} {:>6} {:>11} {:>11} {:>7} {:>12}  {}",
-        "setting", "samples/s", "range", "ratio", "data pred.", "data peak", "error", "counted max", "picked"
+        "{:<30} {:>10} {:>13} {:>6} {:>11} {:>11} {:>7} {:>12}  picked",
+        "setting", "samples/s", "range", "ratio", "data pred.", "data peak", "error", "counted max"
     );
     let speed = |runs: &[Measured]| median(runs.iter().map(|m| m.samples_per_sec).collect());
     let reference = speed(&rounds[0]);

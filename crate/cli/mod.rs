@@ -34,6 +34,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of its largest variant costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Import IDX files (or generate data) into compressed, checksummed chunks.

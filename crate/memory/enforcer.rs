@@ -35,7 +35,9 @@ pub struct Enforcement {
 /// The next micro-batch below `micro_batch` that still divides the effective batch: about
 /// half, so one shrink frees about half the activations.
 pub fn smaller_micro_batch(micro_batch: usize, effective_batch: usize) -> Option<usize> {
-    (1..=micro_batch / 2).rev().find(|m| effective_batch % m == 0)
+    (1..=micro_batch / 2)
+        .rev()
+        .find(|&m| effective_batch.is_multiple_of(m))
 }
 
 /// A shrink that lowered the next step's peak by less than this share freed nothing worth

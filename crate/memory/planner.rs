@@ -190,7 +190,7 @@ fn choose(candidates: &[Candidate]) -> Option<usize> {
 }
 
 fn divisors(n: usize) -> Vec<usize> {
-    (1..=n).rev().filter(|d| n % d == 0).collect()
+    (1..=n).rev().filter(|&d| n.is_multiple_of(d)).collect()
 }
 
 pub fn plan(request: &PlanRequest, cap: Option<u64>) -> Plan {

@@ -30,7 +30,7 @@ impl GptShape {
         if self.layers == 0 || self.heads == 0 || self.width == 0 || self.context == 0 {
             return Err("the GPT needs at least 1 layer, 1 head, width 1 and context 1".into());
         }
-        if self.width % self.heads != 0 {
+        if !self.width.is_multiple_of(self.heads) {
             return Err(format!(
                 "width {} does not split evenly over {} heads",
                 self.width, self.heads

@@ -65,7 +65,7 @@ pub enum ModelConfig {
     Mlp { hidden: Vec<usize> },
     /// conv3x3 (same padding) + ReLU + maxpool2 per entry of `channels`, then a linear head.
     Cnn { channels: Vec<usize> },
-    /// A GPT over windows of text (see [`gpt`]).
+    /// A GPT over windows of text (see [`Gpt`]).
     Gpt(GptShape),
 }
 
@@ -146,6 +146,8 @@ impl ModelConfig {
     }
 }
 
+// One per run, and burn's Module derive records each variant as it is: not worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum Model {
     Mlp(Mlp),

@@ -300,7 +300,7 @@ impl<B: Conv3x3Same, C: CheckpointStrategy> Conv3x3Same for Autodiff<B, C> {
     }
 }
 
-/// [batch, in, h, w] by [out, in, 3, 3], plus [out] -> [batch, out, h, w] (see the module's docs).
+/// `[batch, in, h, w]` by `[out, in, 3, 3]`, plus `[out]` -> `[batch, out, h, w]` (see the module's docs).
 pub fn conv3x3_same(x: Tensor<4>, weight: Tensor<4>, bias: Tensor<1>) -> Tensor<4> {
     Tensor::from_dispatch(<Dispatch as Conv3x3Same>::conv3x3_same(
         x.into_dispatch(),

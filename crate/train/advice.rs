@@ -135,7 +135,7 @@ pub struct LeverPeak {
 pub fn lever_peaks(run_plan: &RunPlan) -> Vec<LeverPeak> {
     let request = &run_plan.request;
     let whole = request.effective_batch;
-    let quarter = if whole % 4 == 0 { whole / 4 } else { whole };
+    let quarter = if whole.is_multiple_of(4) { whole / 4 } else { whole };
     let mut settings = vec![
         ("none", whole, Precision::F32, false),
         ("accumulation 4x", quarter, Precision::F32, false),

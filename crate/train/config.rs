@@ -175,7 +175,7 @@ impl TrainConfig {
                     self.effective_batch
                 ));
             }
-            if self.effective_batch % micro_batch != 0 {
+            if !self.effective_batch.is_multiple_of(micro_batch) {
                 return Err(format!(
                     "effective batch {} is not a multiple of micro-batch {micro_batch}: accumulation would change the math",
                     self.effective_batch
@@ -215,7 +215,7 @@ impl TrainConfig {
         if !(0.0..1.0).contains(&o.beta_2) {
             return Err(format!("beta2 {} must be in [0, 1)", o.beta_2));
         }
-        if o.clip_norm.is_some_and(|c| !(c > 0.0)) {
+        if o.clip_norm.is_some_and(|c| c.is_nan() || c <= 0.0) {
             return Err("gradient clipping norm must be positive".into());
         }
         Ok(())

@@ -22,9 +22,15 @@ pub enum TrainError {
     #[error("{0}")]
     CapTooSmall(Box<Refusal>),
     #[error(
-        "step {step} held {peak}, over the cap of {cap}, and a smaller micro-batch frees nothing more: what remains is parameters, gradients and optimizer state; raise the cap or choose a smaller model"
+        "step {step} held {}, over the cap of {}, and a smaller micro-batch frees nothing more: what remains is parameters, gradients and optimizer state; raise the cap or choose a smaller model",
+        format_bytes(*.peak_bytes as usize),
+        format_bytes(*.cap_bytes as usize)
     )]
-    CapExceeded { step: u64, peak: String, cap: String },
+    CapExceeded {
+        step: u64,
+        peak_bytes: u64,
+        cap_bytes: u64,
+    },
     #[error("reading a result back from the device failed: {0}")]
     Readback(String),
     #[error("the saved run cannot be used: {0}")]

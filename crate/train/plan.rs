@@ -153,7 +153,7 @@ pub fn micro_batch_choices(config: &TrainConfig) -> Vec<usize> {
     let largest = config.micro_batch.unwrap_or(config.effective_batch);
     (1..=largest)
         .rev()
-        .filter(|m| config.effective_batch % m == 0)
+        .filter(|&m| config.effective_batch.is_multiple_of(m))
         .collect()
 }
 

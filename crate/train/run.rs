@@ -141,11 +141,11 @@ impl Progress {
             let enforcement = record.enforcement.take();
             events.push(TrainEvent::Step(record));
             events.extend(enforcement.map(TrainEvent::Enforced));
-            if every > 0 && trainer.step % every == 0 {
+            if every > 0 && trainer.step.is_multiple_of(every) {
                 self.evaluate_once(trainer, source, &mut events).await?;
             }
             let sample_every = trainer.config().sample_every;
-            if sample_every > 0 && trainer.step % sample_every == 0 && trainer.step < total_steps {
+            if sample_every > 0 && trainer.step.is_multiple_of(sample_every) && trainer.step < total_steps {
                 self.sample(trainer, source, &mut events).await?;
             }
             return Ok(events);

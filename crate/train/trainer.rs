@@ -23,7 +23,6 @@ use crate::memory::{
 };
 use crate::model::generate::generate;
 use crate::model::{InputShape, Model};
-use crate::units::format_bytes;
 
 /// Steps a loss scale of 1 may still overflow in a row before the run counts as diverged.
 const MAX_SKIPPED_IN_A_ROW: u32 = 30;
@@ -170,8 +169,8 @@ impl Trainer {
             Verdict::Within => Ok(None),
             Verdict::Exhausted => Err(TrainError::CapExceeded {
                 step: self.step,
-                peak: format_bytes(peak as usize),
-                cap: format_bytes(enforcer.cap as usize),
+                peak_bytes: peak,
+                cap_bytes: enforcer.cap,
             }),
             Verdict::Shrink(smaller) => {
                 let cap = enforcer.cap;

@@ -15,21 +15,34 @@ test("a plan reply to older settings is dropped; the reply to the newest request
   await page.fill("#layers", "32");
   await page.waitForFunction(() => playground.newestRequest("plan") > 1 && /^Plan: /.test(document.getElementById("plan").textContent));
   const shown = await page.textContent("#plan");
+  // A refusal as the worker sends it (Rust's Refusal): figures the page formats.
+  const lateRefusal = {
+    cap_bytes: 1 << 20,
+    needed_bytes: 3 << 20,
+    setting: { micro_batch: 1, data: { prefetch: 1, pause_training_for_eval: false }, peak_bytes: 2 << 20, device_bytes: 1 << 20, data_bytes: 1 << 20, smaller_micro_batches_need_more: false },
+    levers: [{ lever: { kind: "checkpointing" }, needed_bytes: 5 << 19 }],
+  };
   const late = (requestId) =>
     page.evaluate(
-      (id) =>
+      ({ id, lateRefusal }) =>
         playground.receive({
           type: "planned",
           requestId: id,
-          preview: { chosen: null, refusal: "the settings of a request since replaced", levers: [], plan: {}, device: { backend: "flex", adapter: null, fallback_reason: null } },
+          preview: { chosen: null, refusal: lateRefusal, levers: [], plan: {}, device: { backend: "flex", adapter: null, fallback_reason: null } },
         }),
-      requestId,
+      { id: requestId, lateRefusal },
     );
   await late(1);
   assert.equal(await page.textContent("#plan"), shown, "a late reply changed the plan shown");
   const newest = await page.evaluate(() => playground.newestRequest("plan"));
   await late(newest);
-  assert.equal(await page.textContent("#plan"), "Nothing fits: the settings of a request since replaced");
+  assert.equal(
+    await page.textContent("#plan"),
+    "Nothing fits: a cap of 1.0 MiB fits no setting of this run: the smallest cap that fits is 3.0 MiB (micro-batch 1, prefetch 1: " +
+      "a peak of 2.0 MiB (device 1.0 MiB, data 1.0 MiB) and the enforcer's 10% headroom). " +
+      "No lever left to this run fits 1.0 MiB (it would need 2.5 MiB with checkpointing): raise the cap or choose a smaller model.",
+  );
+  assert.equal(await page.getAttribute("#plan", "data-needed-bytes"), String(3 << 20));
   assert.deepEqual(problems, []);
   await page.close();
 });
