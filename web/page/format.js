@@ -2,31 +2,32 @@
 
 const MIB = 1024 * 1024;
 
-export function formatBytes(bytes) {
-  if (bytes == null) return "—";
-  const units = ["B", "KiB", "MiB", "GiB"];
+const UNITS = ["B", "KiB", "MiB", "GiB"];
+
+/// `bytes` as a value and the index of its unit, as Rust's `units::scaled`.
+function scaled(bytes) {
   let value = bytes;
   let unit = 0;
-  while (value >= 1024 && unit < units.length - 1) {
+  while (value >= 1024 && unit < UNITS.length - 1) {
     value /= 1024;
     unit += 1;
   }
-  return unit === 0 ? `${bytes} B` : `${value.toFixed(1)} ${units[unit]}`;
+  return [value, unit];
+}
+
+export function formatBytes(bytes) {
+  if (bytes == null) return "—";
+  const [value, unit] = scaled(bytes);
+  return unit === 0 ? `${bytes} B` : `${value.toFixed(1)} ${UNITS[unit]}`;
 }
 
 /// Rounded up to the tenth shown: for a cap that must be at least `bytes`, so that the cap
 /// printed really is enough (Rust's format_bytes_up).
 export function formatBytesUp(bytes) {
   if (bytes == null) return "—";
-  const units = ["B", "KiB", "MiB", "GiB"];
-  let value = bytes;
-  let unit = 0;
-  while (value >= 1024 && unit < units.length - 1) {
-    value /= 1024;
-    unit += 1;
-  }
+  const [value, unit] = scaled(bytes);
   // The small tolerance keeps an exact tenth (16 MiB) from rounding past itself.
-  return unit === 0 ? `${bytes} B` : `${(Math.ceil(value * 10 - 1e-9) / 10).toFixed(1)} ${units[unit]}`;
+  return unit === 0 ? `${bytes} B` : `${(Math.ceil(value * 10 - 1e-9) / 10).toFixed(1)} ${UNITS[unit]}`;
 }
 
 export function toMiB(bytes) {
