@@ -85,22 +85,12 @@ impl ModelArgs {
     }
 }
 
-impl ModelKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            ModelKind::Mlp => "mlp",
-            ModelKind::Cnn => "cnn",
-            ModelKind::Gpt => "gpt",
-        }
-    }
-}
-
 impl ModelShapeArgs {
     /// The same flags again, for a `headroom train` the benchmarks start as a process of
     /// its own.
     pub fn to_flags(&self) -> Vec<String> {
         [
-            ("--model", self.model.name().to_string()),
+            ("--model", self.model_config().name().to_string()),
             ("--hidden", comma_separated(&self.hidden)),
             ("--channels", comma_separated(&self.channels)),
             ("--layers", self.layers.to_string()),
@@ -150,4 +140,49 @@ fn comma_separated(values: &[usize]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        shape: ModelShapeArgs,
+    }
+
+    fn parse(args: impl IntoIterator<Item = String>) -> ModelShapeArgs {
+        Command::try_parse_from(std::iter::once("headroom".to_string()).chain(args))
+            .unwrap()
+            .shape
+    }
+
+    /// What `bench train` passes to each `headroom train` it starts is the model it was given.
+    #[test]
+    fn the_flags_given_again_parse_to_the_same_model() {
+        for args in [
+            vec!["--model", "mlp", "--hidden", "1024,64,32"],
+            vec!["--model", "cnn", "--channels", "4,8,16"],
+            vec![
+                "--model",
+                "gpt",
+                "--layers",
+                "6",
+                "--heads",
+                "6",
+                "--width",
+                "384",
+                "--context",
+                "256",
+            ],
+        ] {
+            let given = parse(args.into_iter().map(String::from));
+            let again = parse(given.to_flags());
+            assert_eq!(again.model_config(), given.model_config());
+            assert_eq!(again.size(), given.size());
+        }
+    }
 }

@@ -289,7 +289,7 @@ pub fn bench_train(args: TrainBenchArgs) -> anyhow::Result<()> {
     let size = args.model.size();
     println!(
         "{} ({size}) on {}, effective batch {batch}, {} steps per setting, {} rounds (samples/s: median after {} warm-up steps, then median and range over rounds), each in a fresh process:",
-        args.model.model.name(),
+        args.model.model_config().name(),
         args.backend,
         args.steps,
         args.runs,

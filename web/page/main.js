@@ -135,7 +135,7 @@ function showPlan(preview) {
   delete plan.dataset.neededBytes;
   delete plan.dataset.capBytes;
   const cap = preview.plan.cap;
-  const data = `prefetch ${chosen.data.prefetch}${chosen.data.pause_training_for_eval ? ", training stream paused for evaluation" : ""}`;
+  const data = describeData(chosen.data);
   const setting = `micro-batch ${chosen.micro_batch} × ${chosen.accumulation_steps} accumulation step(s), ${chosen.precision}${chosen.checkpointing ? ", checkpointing" : ""}, ${data}`;
   const peak = `predicted peak ${formatBytes(chosen.predicted_peak)} (device ${formatBytes(chosen.predicted_peak - chosen.breakdown.data)}, data ${formatBytes(chosen.breakdown.data)})`;
   const against = cap ? ` of the ${formatBytes(cap)} cap` : " (no cap)";
@@ -143,6 +143,11 @@ function showPlan(preview) {
   plan.textContent = `Plan: ${setting}; ${peak}${against}.${note}`;
   plan.dataset.predictedPeak = chosen.predicted_peak;
   showLevers(preview.levers);
+}
+
+/// How the data pipeline runs (Rust's `DataSettings`), in the words of its `Display`.
+function describeData(settings) {
+  return `prefetch ${settings.prefetch}${settings.pause_training_for_eval ? ", training stream paused for evaluation" : ""}`;
 }
 
 /// Why no setting fits the cap, from the planner's figures (Rust's `Refusal`); the figures
@@ -169,7 +174,7 @@ function leverName(lever) {
 function describeRefusal(refusal) {
   const cap = formatBytes(refusal.cap_bytes);
   const s = refusal.setting;
-  const data = `prefetch ${s.data.prefetch}${s.data.pause_training_for_eval ? ", training stream paused for evaluation" : ""}`;
+  const data = describeData(s.data);
   const pages = s.smaller_micro_batches_need_more
     ? "; smaller micro-batches need more here, as the device allocator rounds their tensors into pages"
     : "";
