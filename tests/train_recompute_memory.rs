@@ -5,34 +5,8 @@
 
 mod common;
 
-use headroom::data::MemoryGauge;
-use headroom::memory::MemoryTracker;
+use common::step_bytes;
 use headroom::model::{GptShape, ModelConfig};
-use headroom::train::BackendKind;
-use headroom::train::step::{MicroSteps, accumulate_gradients};
-
-/// Device bytes in use at the step's peak above those before it: the activations and
-/// gradients one step holds.
-async fn step_bytes(model: ModelConfig, micro_batch: usize, recompute: bool) -> u64 {
-    let (batch, input) = match model.text_window() {
-        Some(window) => common::one_text_batch(micro_batch, window - 1).await,
-        None => common::one_batch(micro_batch).await,
-    };
-    let device = BackendKind::Wgpu.device();
-    let train_device = device.clone().autodiff();
-    let model = model.init(&input, &train_device);
-    let mut tracker = MemoryTracker::new(device, MemoryGauge::default());
-    let before = tracker.sample().gpu_bytes_in_use.expect("wgpu reports its pool");
-    tracker.take_step_peak();
-    let steps = MicroSteps {
-        recompute,
-        ..MicroSteps::f32(micro_batch)
-    };
-    let step = accumulate_gradients(&model, &batch, steps, &input, &train_device, Some(&mut tracker));
-    let peak = tracker.take_step_peak().gpu_bytes_in_use.unwrap();
-    drop(step);
-    peak - before
-}
 
 #[tokio::test]
 async fn recomputation_holds_one_segments_activations_at_a_time() {
