@@ -40,8 +40,7 @@ pub trait CausalAttention: Backend {
     /// [batch, heads, tokens, width]; position t attends to positions up to t only.
     #[fusion(default)]
     fn causal_attention(query: FloatTensor<Self>, key: FloatTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> {
-        let rows = block_rows::<Self>(&query);
-        forward::<Self>(&query, &key, &value, rows).output
+        forward::<Self>(&query, &key, &value).output
     }
 }
 }
@@ -59,6 +58,12 @@ fn block_rows<B: Backend>(query: &FloatTensor<B>) -> usize {
     width.max(16)
 }
 
+/// `1 / sqrt(width)`, the scores' scale.
+fn score_scale<B: Backend>(query: &FloatTensor<B>) -> f64 {
+    let [_, _, _, width] = query.shape().dims::<4>();
+    1.0 / (width as f64).sqrt()
+}
+
 /// What forward gives and backward needs besides the inputs.
 #[derive(Clone, Debug)]
 struct Forward<B: Backend> {
@@ -68,15 +73,10 @@ struct Forward<B: Backend> {
     log_sum_exp: FloatTensor<B>,
 }
 
-/// Forward in blocks of `rows` query rows: per block the scores, their softmax (shifted by
+/// Forward in blocks of [`block_rows`] query rows: per block the scores, their softmax (shifted by
 /// the row's maximum) and its product with the values.
-fn forward<B: Backend>(
-    query: &FloatTensor<B>,
-    key: &FloatTensor<B>,
-    value: &FloatTensor<B>,
-    rows: usize,
-) -> Forward<B> {
-    let tokens = query.shape().dims::<4>()[2];
+fn forward<B: Backend>(query: &FloatTensor<B>, key: &FloatTensor<B>, value: &FloatTensor<B>) -> Forward<B> {
+    let (tokens, rows) = (query.shape().dims::<4>()[2], block_rows::<B>(query));
     let mut outputs = Vec::new();
     let mut log_sum_exps = Vec::new();
     for (start, end) in blocks(tokens, rows) {
@@ -101,7 +101,7 @@ fn forward<B: Backend>(
 
 /// The gradients with respect to the query, the key and the value, from the output's
 /// gradient `grad`, recomputing each block's probabilities from the log-sum-exp.
-fn backward<B: Backend>(saved: Saved<B>, grad: FloatTensor<B>, rows: usize) -> [FloatTensor<B>; 3] {
+fn backward<B: Backend>(saved: Saved<B>, grad: FloatTensor<B>) -> [FloatTensor<B>; 3] {
     let Saved {
         query,
         key,
@@ -109,8 +109,8 @@ fn backward<B: Backend>(saved: Saved<B>, grad: FloatTensor<B>, rows: usize) -> [
         forward,
     } = saved;
     let shape = query.shape();
-    let [_, _, tokens, width] = shape.dims::<4>();
-    let scale = 1.0 / (width as f64).sqrt();
+    let tokens = shape.dims::<4>()[2];
+    let (rows, scale) = (block_rows::<B>(&query), score_scale::<B>(&query));
     // Δ = rowsum(dO ∘ O): the softmax's backward term, per row.
     let delta = B::float_sum_dim(B::float_mul(grad.clone(), forward.output), 3);
     let zeros = || B::float_zeros(shape.clone(), &query.device(), query.dtype().into());
@@ -157,8 +157,7 @@ fn block_scores<B: Backend>(
     start: usize,
     end: usize,
 ) -> FloatTensor<B> {
-    let width = query.shape().dims::<4>()[3];
-    let scale = 1.0 / (width as f64).sqrt();
+    let scale = score_scale::<B>(query);
     // Scaling the block's queries costs rows x width, the scores' rows x end.
     let queries = B::float_mul_scalar(token_rows::<B>(query, start, end), scale.into());
     let scores = B::float_matmul(queries, B::float_transpose(token_rows::<B>(key, 0, end)));
@@ -220,16 +219,14 @@ impl<B: Backend, C: CheckpointStrategy> CausalAttention for Autodiff<B, C> {
         value: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
         #[derive(Debug)]
-        struct AttentionBackward {
-            rows: usize,
-        }
+        struct AttentionBackward;
 
         impl<B: Backend> Backward<B, 3> for AttentionBackward {
             type State = Saved<B>;
 
             fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
                 let grad = grads.consume::<B>(&ops.node);
-                let gradients = backward::<B>(ops.state, grad, self.rows);
+                let gradients = backward::<B>(ops.state, grad);
                 for (parent, gradient) in ops.parents.into_iter().zip(gradients) {
                     if let Some(parent) = parent {
                         grads.register::<B>(parent.id, gradient);
@@ -238,18 +235,16 @@ impl<B: Backend, C: CheckpointStrategy> CausalAttention for Autodiff<B, C> {
             }
         }
 
-        let rows = block_rows::<B>(query.primitive());
         let nodes = [query.node(), key.node(), value.node()];
         let (query, key, value) = (
             query.into_primitive(),
             key.into_primitive(),
             value.into_primitive(),
         );
-        let computed = forward::<B>(&query, &key, &value, rows);
+        let computed = forward::<B>(&query, &key, &value);
         // Compute-bound for burn's checkpointing strategies: what backward needs is kept as
         // this op's state, and none of it is T×T.
-        let backward = AttentionBackward { rows };
-        match backward.prepare::<C>(nodes).compute_bound().stateful() {
+        match AttentionBackward.prepare::<C>(nodes).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
                 let output = computed.output.clone();
                 let saved = Saved {

@@ -8,8 +8,11 @@ use std::path::{Path, PathBuf};
 
 use headroom::data::import::generate_synthetic;
 use headroom::data::writer::WriterOptions;
-use headroom::data::{Batch, BatchReader, Codec, DataSource, Manifest, Split, StreamOptions};
-use headroom::model::InputShape;
+use headroom::data::{Batch, BatchReader, Codec, DataSource, Manifest, MemoryGauge, Split, StreamOptions};
+use headroom::memory::MemoryTracker;
+use headroom::model::{InputShape, ModelConfig};
+use headroom::train::BackendKind;
+use headroom::train::step::{MicroSteps, accumulate_gradients};
 
 /// A generated dataset in a temporary folder: `dir` holds `manifest.json` and the chunks.
 pub struct TestDataset {
@@ -145,29 +148,22 @@ pub async fn one_text_batch(windows: usize, context: usize) -> (Batch, InputShap
 
 /// Device bytes in use at the step's peak above those before it: the activations and
 /// gradients one step holds.
-pub async fn step_bytes(model: headroom::model::ModelConfig, micro_batch: usize, recompute: bool) -> u64 {
+pub async fn step_bytes(model: ModelConfig, micro_batch: usize, recompute: bool) -> u64 {
     let (batch, input) = match model.text_window() {
         Some(window) => one_text_batch(micro_batch, window - 1).await,
         None => one_batch(micro_batch).await,
     };
-    let device = headroom::train::BackendKind::Wgpu.device();
+    let device = BackendKind::Wgpu.device();
     let train_device = device.clone().autodiff();
     let model = model.init(&input, &train_device);
-    let mut tracker = headroom::memory::MemoryTracker::new(device, headroom::data::MemoryGauge::default());
+    let mut tracker = MemoryTracker::new(device, MemoryGauge::default());
     let before = tracker.sample().gpu_bytes_in_use.expect("wgpu reports its pool");
     tracker.take_step_peak();
-    let steps = headroom::train::step::MicroSteps {
+    let steps = MicroSteps {
         recompute,
-        ..headroom::train::step::MicroSteps::f32(micro_batch)
+        ..MicroSteps::f32(micro_batch)
     };
-    let step = headroom::train::step::accumulate_gradients(
-        &model,
-        &batch,
-        steps,
-        &input,
-        &train_device,
-        Some(&mut tracker),
-    );
+    let step = accumulate_gradients(&model, &batch, steps, &input, &train_device, Some(&mut tracker));
     let peak = tracker.take_step_peak().gpu_bytes_in_use.unwrap();
     drop(step);
     peak - before

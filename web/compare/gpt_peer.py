@@ -63,7 +63,7 @@ class Gpt(nn.Module):
                 nn.init.zeros_(module.bias)
 
     def forward(self, tokens):
-        x = self.token(tokens) + self.position(torch.arange(tokens.shape[1]))
+        x = self.token(tokens) + self.position(torch.arange(tokens.shape[1], device=tokens.device))
         for block in self.blocks:
             x = block(x)
         return self.head(self.norm(x))

@@ -44,9 +44,6 @@ def main():
         targets = torch.randint(0, 10, (args.batch,), device=device)
         items = args.batch
     model = model.to(device)
-    if args.model == "gpt":
-        # gpt_peer's positions are made on the CPU; here they follow the model.
-        model.forward = gpt_forward(model, device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     seconds = []
     for _ in range(args.warmup + args.steps):
@@ -64,15 +61,6 @@ def main():
     reserved = torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None
     print(json.dumps({"per_second": items / median, "median_step_s": median, "reserved_bytes": reserved,
                       "loss": loss.item(), "torch": torch.__version__}))
-
-
-def gpt_forward(model, device):
-    def forward(tokens):
-        x = model.token(tokens) + model.position(torch.arange(tokens.shape[1], device=device))
-        for block in model.blocks:
-            x = block(x)
-        return model.head(model.norm(x))
-    return forward
 
 
 def synchronize(device):
