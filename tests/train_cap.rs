@@ -46,8 +46,19 @@ fn train(data: &str, cap: Option<u64>) -> Run {
     )
 }
 
-/// `headroom train` on wgpu without evaluation, under `cap` if given.
+/// `headroom train` on wgpu without evaluation, under `cap` if given, with f32 and every
+/// activation kept: the micro-batch is the only lever these tests leave to the cap.
 fn train_with(data: &str, flags: &[&str], cap: Option<u64>) -> Run {
+    let mut flags = flags.to_vec();
+    flags.extend(FIXED_LEVERS);
+    train_auto(data, &flags, cap)
+}
+
+const FIXED_LEVERS: [&str; 3] = ["--precision", "f32", "--no-checkpointing"];
+
+/// `headroom train` on wgpu without evaluation, under `cap` if given, with the precision
+/// and checkpointing `flags` leave to the planner.
+fn train_auto(data: &str, flags: &[&str], cap: Option<u64>) -> Run {
     let cap = cap.map(|c| c.to_string());
     let mut flags = flags.to_vec();
     if let Some(cap) = &cap {
@@ -195,6 +206,7 @@ fn a_cap_no_shrink_can_meet_ends_with_the_over_the_cap_error_or_is_refused_befor
     let run = |flags: &[&str]| {
         let mut args = vec!["--cap", &cap_flag];
         args.extend(flags);
+        args.extend(FIXED_LEVERS);
         common::train_on_wgpu(data, &args)
     };
     let exceeded = run(&census_only);
@@ -228,11 +240,10 @@ fn under_a_cap_below_the_uncapped_peak_the_run_stays_under_it_with_the_same_batc
     assert_held_with_the_same_math(&uncapped, &capped, cap);
 }
 
-#[test]
-fn plan_marks_the_largest_micro_batch_under_the_cap_and_refuses_an_impossible_cap() {
-    let dataset = common::synthetic_dataset(1024, 512, Codec::Lz4);
-    let data = dataset.dir.to_str().unwrap();
-    let output = common::headroom(&[
+/// `headroom plan --json` under a 40 MiB cap on flex with `extra` flags: its candidates and
+/// its pick.
+fn plan_under_40_mib(data: &str, extra: &[&str]) -> (Vec<Value>, Value) {
+    let mut args = vec![
         "plan",
         "--data",
         data,
@@ -241,16 +252,37 @@ fn plan_marks_the_largest_micro_batch_under_the_cap_and_refuses_an_impossible_ca
         "--json",
         "--backend",
         "flex",
-    ]);
+    ];
+    args.extend(extra);
+    let output = common::headroom(&args);
     assert!(
         output.status.success(),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
     let plan: Value = serde_json::from_slice(&output.stdout).unwrap();
-    let candidates = plan["candidates"].as_array().unwrap();
-    let chosen = &candidates[plan["chosen"].as_u64().expect("a pick") as usize];
+    let candidates = plan["candidates"].as_array().unwrap().clone();
+    let chosen = candidates[plan["chosen"].as_u64().expect("a pick") as usize].clone();
+    (candidates, chosen)
+}
+
+#[test]
+fn plan_picks_the_fastest_setting_under_the_cap_and_refuses_an_impossible_cap() {
+    let dataset = common::synthetic_dataset(1024, 512, Codec::Lz4);
+    let data = dataset.dir.to_str().unwrap();
+    let (candidates, chosen) = plan_under_40_mib(data, &[]);
     assert_eq!(chosen["fits"], true);
+    // Over every precision and checkpointing: the least expected time per sample (within
+    // the planner's 2% tolerance) of those that fit.
+    let time = |c: &Value| c["relative_time"].as_f64().unwrap();
+    let fastest = candidates
+        .iter()
+        .filter(|c| c["fits"] == true)
+        .map(time)
+        .fold(f64::INFINITY, f64::min);
+    assert!(time(&chosen) <= fastest * 1.02, "{chosen}");
+    // With f32 and every activation kept: the largest micro-batch that fits.
+    let (candidates, chosen) = plan_under_40_mib(data, &["--precision", "f32", "--checkpointing", "false"]);
     let largest_fitting = candidates
         .iter()
         .filter(|c| c["fits"] == true)
@@ -306,4 +338,71 @@ fn the_gpt_trains_under_half_its_unlevered_peak_with_the_same_batch_and_losses()
     );
     assert_eq!(started(&capped)["effective_batch"], 32);
     assert_held_with_the_same_math(&uncapped, &capped, cap);
+}
+
+/// A GPT of one window a step, whose activations (6 blocks at context 512) are most of its
+/// peak: no smaller micro-batch exists, so only f16 or checkpointing can lower it.
+const LONG_GPT: [&str; 16] = [
+    "--model",
+    "gpt",
+    "--layers",
+    "6",
+    "--heads",
+    "4",
+    "--width",
+    "128",
+    "--context",
+    "512",
+    "--effective-batch",
+    "1",
+    "--steps",
+    "3",
+    "--sample-chars",
+    "0",
+];
+
+#[test]
+fn under_a_cap_the_plain_run_passes_the_planner_picks_a_lever_and_one_fixed_by_hand_stays() {
+    let dataset = common::text_dataset(&common::generated_text(60_000), 4096);
+    let data = dataset.dir.to_str().unwrap();
+    // Without a cap no lever turns on by itself: this is the plain run.
+    let plain = train_auto(data, &LONG_GPT, None);
+    let started_plain = started(&plain);
+    assert_eq!(started_plain["precision"], "f32");
+    assert_eq!(started_plain["checkpointing"], false);
+    assert!(started_plain["levers_reason"].is_null(), "{started_plain}");
+    // The plain run's own peak as the cap: it would pass the enforcer's 90%.
+    let cap = held(&plain.finished()["peak_memory"]);
+    let capped = train_auto(data, &LONG_GPT, Some(cap));
+    let picked = started(&capped);
+    assert!(
+        picked["precision"] == "f16" || picked["checkpointing"] == true,
+        "no lever picked under a cap the plain run passes: {picked}"
+    );
+    let reason = picked["levers_reason"].as_str().expect("the pick says why");
+    assert!(reason.contains("least expected time per sample"), "{reason}");
+    assert_every_step_under(&capped, cap);
+    let first = losses(&capped)[0];
+    assert!(first.is_finite() && losses(&capped).iter().all(|l| l.is_finite()));
+    // Fixed by hand, f32 stays f32: the planner turns checkpointing on instead, with the
+    // plain run's losses (recomputation changes no math).
+    let f32_only = train_auto(
+        data,
+        &[&LONG_GPT[..], &["--precision", "f32"]].concat(),
+        Some(cap),
+    );
+    let picked = started(&f32_only);
+    assert_eq!(picked["precision"], "f32", "{picked}");
+    assert_eq!(picked["checkpointing"], true, "{picked}");
+    assert_held_with_the_same_math(&plain, &f32_only, cap);
+    // With both fixed off, nothing fits: refused before step 1, naming the levers.
+    let cap_flag = cap.to_string();
+    let refused = common::train_on_wgpu(
+        data,
+        &[&LONG_GPT[..], &["--cap", &cap_flag], &FIXED_LEVERS[..]].concat(),
+    );
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("fits no setting of this run"), "{stderr}");
+    assert!(stderr.contains("checkpointing"), "{stderr}");
 }

@@ -80,7 +80,7 @@ async fn f16_on_wgpu_learns_with_f32_master_weights() {
     let run = train(
         BackendKind::Wgpu,
         TrainConfig {
-            precision: Precision::F16,
+            precision: Some(Precision::F16),
             evaluate: true,
             ..config(vec![64], 30)
         },
@@ -116,7 +116,7 @@ async fn f16_on_ndarray_says_so_and_trains_in_f32() {
     let run = train(
         BackendKind::Ndarray,
         TrainConfig {
-            precision: Precision::F16,
+            precision: Some(Precision::F16),
             ..config(vec![32], 3)
         },
     )
@@ -130,8 +130,12 @@ async fn f16_on_ndarray_says_so_and_trains_in_f32() {
 
 #[tokio::test]
 async fn a_cap_below_every_plan_is_refused_before_training_with_the_cap_that_would_fit() {
+    // f32 and every activation kept, fixed by hand: the refusal then names what f16 and
+    // checkpointing would need (left to the planner, it would weigh them itself).
     let capped = |cap: u64| TrainConfig {
         cap: Some(cap),
+        precision: Some(Precision::F32),
+        checkpointing: Some(false),
         ..config(vec![512, 256], 3)
     };
     let (error, refusal) = match train(BackendKind::Wgpu, capped(1 << 20)).await {

@@ -45,7 +45,7 @@ async fn the_same_seed_trains_alike_with_or_without_checkpointing() {
         ..Default::default()
     };
     let checkpointed = TrainConfig {
-        checkpointing: true,
+        checkpointing: Some(true),
         ..plain.clone()
     };
     let other_seed = TrainConfig {

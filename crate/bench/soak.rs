@@ -120,6 +120,10 @@ pub async fn bench_soak(args: SoakBenchArgs) -> anyhow::Result<()> {
         duration: Duration::Steps(args.steps),
         evaluate: false,
         stream: StreamOptions::default(),
+        // The soak measures the micro-batch lever against the uncapped run's losses: the
+        // levers that would change them or the step's shape stay off under its cap.
+        precision: Some(crate::train::Precision::F32),
+        checkpointing: Some(false),
         ..TrainConfig::default()
     };
     let source = DataSource::open(&args.data, config.stream_options()).await?;

@@ -5,7 +5,7 @@ use clap::Args;
 
 use crate::data::{DataSource, StreamOptions};
 use crate::flags::ModelArgs;
-use crate::memory::{Candidate, Plan, PoolModel, plan};
+use crate::memory::{Candidate, Plan, plan};
 use crate::train::plan::{effective_precision, input_shape};
 use crate::train::probe::probed_plan;
 use crate::train::{BackendKind, OptimizerConfig, OptimizerKind, Precision, TrainConfig, plan as train_plan};
@@ -78,10 +78,11 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
             }
         }
     };
-    let pool = PoolModel::for_backend(args.backend.name());
     let (train, eval) = train_plan::footprints(&config, &source);
     let data = train_plan::data_options(&config, train, eval);
-    let mut request = train_plan::request(&config, &input, Precision::F32, data, pool);
+    // The lever costs follow the adapter, known once its device is made.
+    drop(args.backend.device());
+    let mut request = train_plan::request(&config, &input, data, args.backend.name());
     request.precisions = precisions;
     request.checkpointing = match args.checkpointing {
         Some(only) => vec![only],
@@ -118,8 +119,8 @@ fn calibrate(
     let setting = plan.chosen().unwrap_or(&plan.candidates[0]);
     let (precision, checkpointing) = (setting.precision, setting.checkpointing);
     let config = TrainConfig {
-        precision,
-        checkpointing,
+        precision: Some(precision),
+        checkpointing: Some(checkpointing),
         calibrate: true,
         ..config.clone()
     };
@@ -152,7 +153,7 @@ fn mib(bytes: u64) -> String {
 
 fn print_table(plan: &Plan) {
     println!(
-        "{:>1} {:>6} {:>5} {:>4} {:>5} {:>3} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>8} {:>4}",
+        "{:>1} {:>6} {:>5} {:>4} {:>5} {:>3} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>8} {:>4} {:>5}",
         "",
         "micro",
         "accum",
@@ -170,12 +171,13 @@ fn print_table(plan: &Plan) {
         "data",
         "census",
         "calib.",
-        "fits"
+        "fits",
+        "time"
     );
     for (i, c) in plan.candidates.iter().enumerate() {
         let b = &c.breakdown;
         println!(
-            "{:>1} {:>6} {:>5} {:>4} {:>5} {:>3} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>8} {:>4}",
+            "{:>1} {:>6} {:>5} {:>4} {:>5} {:>3} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>8} {:>4} {:>5.2}",
             if plan.chosen == Some(i) { "*" } else { "" },
             c.micro_batch,
             c.accumulation_steps,
@@ -198,18 +200,21 @@ fn print_table(plan: &Plan) {
             mib(c.predicted_peak),
             c.calibrated_peak.map_or("-".into(), mib),
             if c.fits { "yes" } else { "no" },
+            c.relative_time,
         );
     }
     match (plan.chosen(), plan.cap) {
         (Some(c), Some(cap)) => println!(
-            "* picked: micro-batch {} x {} accumulated, {}{}, {}: {} of the {} cap",
+            "* picked (the least expected time per sample, against one f32 pass of the whole batch, that fits): \
+             micro-batch {} x {} accumulated, {}{}, {}: {} of the {} cap, {:.2}x the time",
             c.micro_batch,
             c.accumulation_steps,
             c.precision,
             if c.checkpointing { ", checkpointing" } else { "" },
             c.data,
             format_bytes(c.peak() as usize),
-            format_bytes(cap as usize)
+            format_bytes(cap as usize),
+            c.relative_time
         ),
         (Some(c), None) => println!(
             "* picked (no cap): micro-batch {}, {} predicted",

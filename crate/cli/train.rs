@@ -35,8 +35,10 @@ pub struct TrainArgs {
     #[arg(long, value_parser = parse_bytes)]
     cap: Option<u64>,
     /// f16 stores parameters and activations in half precision (f32 master weights).
-    #[arg(long, value_enum, default_value = "f32")]
-    precision: Precision,
+    /// Default: under --cap the planner picks (f16 where the device has it and it is the
+    /// faster setting that fits); f32 without a cap.
+    #[arg(long, value_enum)]
+    precision: Option<Precision>,
     #[arg(long, value_enum, default_value = "adam")]
     optimizer: OptimizerKind,
     #[arg(long, default_value_t = 1e-3)]
@@ -60,9 +62,14 @@ pub struct TrainArgs {
     clip_norm: Option<f32>,
     #[arg(long, value_enum, default_value = "wgpu")]
     backend: BackendKind,
-    /// Recompute activations during backward instead of keeping them.
-    #[arg(long)]
+    /// Recompute activations during backward instead of keeping them. Default: under --cap
+    /// the planner turns it on where that is the faster setting that fits; off without a
+    /// cap.
+    #[arg(long, conflicts_with = "no_checkpointing")]
     checkpointing: bool,
+    /// Keep every activation, even where the planner would recompute them under --cap.
+    #[arg(long)]
+    no_checkpointing: bool,
     /// Plan on the tensor census alone: skip the probe steps that measure the device's
     /// peak before step 1.
     #[arg(long)]
@@ -165,7 +172,11 @@ impl TrainArgs {
             effective_batch: self.model.effective_batch,
             micro_batch: self.model.micro_batch.fixed(),
             duration,
-            checkpointing: self.checkpointing,
+            checkpointing: match (self.checkpointing, self.no_checkpointing) {
+                (true, _) => Some(true),
+                (false, true) => Some(false),
+                (false, false) => None,
+            },
             precision: self.precision,
             cap: self.cap,
             calibrate: !self.no_calibrate,
@@ -257,6 +268,9 @@ impl Report {
                 self.bar.suspend(|| {
                     if let Some(note) = &started.precision_note {
                         println!("note: {note}");
+                    }
+                    if let Some(reason) = &started.levers_reason {
+                        println!("levers: {reason}");
                     }
                     let cap = started.cap.map_or(String::new(), |cap| {
                         format!(", cap {}", format_bytes(cap as usize))

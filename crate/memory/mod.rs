@@ -11,7 +11,7 @@ pub use allocator::PoolModel;
 pub use calibration::{Calibration, Probe};
 pub use enforcer::{Enforcement, Enforcer, Verdict};
 pub use planner::{
-    Breakdown, Candidate, DataOption, DataSettings, Plan, PlanRequest, is_recomputed_input, plan,
+    Breakdown, Candidate, DataOption, DataSettings, LeverCosts, Plan, PlanRequest, is_recomputed_input, plan,
     recomputed_inputs,
 };
 pub use tracker::{MemorySample, MemoryTracker, Phase, PhaseSample};

@@ -26,6 +26,41 @@ pub struct PlanRequest {
     pub micro_batches: Vec<usize>,
     pub precisions: Vec<Precision>,
     pub checkpointing: Vec<bool>,
+    /// What each lever costs in time on the device: how the pick weighs one setting that
+    /// fits against another.
+    pub costs: LeverCosts,
+}
+
+/// What the levers cost in time on a device, as factors on a step's time per sample:
+/// measured figures, not a fixed order of preference (docs/design.md, "Levers the cap
+/// picks").
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct LeverCosts {
+    /// f16 storage's time per sample against f32's.
+    pub f16: f64,
+    /// The work one pass needs to fill the device, in activation elements: below it a
+    /// pass costs about as much as a pass of this size, so a micro-batch whose activations
+    /// are a fraction of it pays for the rest in fixed costs (launches, syncs, passes over
+    /// the weights).
+    pub fill_elements: f64,
+}
+
+impl LeverCosts {
+    /// A GPU: f16 ran the 6x384 GPT at 1.44x f32's tokens/s on an H200 (wgpu over
+    /// Vulkan, 2026-12-04, docs/benchmarks.md), and thousands of lanes idle below some
+    /// millions of elements a pass.
+    pub const GPU: LeverCosts = LeverCosts {
+        f16: 0.69,
+        fill_elements: 4_194_304.0,
+    };
+    /// A software adapter (lavapipe, SwiftShader) or a CPU backend: f16 ran at 0.93-1.04x
+    /// f32's time on lavapipe (MLP 4x1024, CNN 16,32), and two cores are full with a few
+    /// thousand elements a pass (accumulating 4x cost 0.90-1.01x, same runs). f16 is then
+    /// no faster, and f32 is kept among equals.
+    pub const CPU: LeverCosts = LeverCosts {
+        f16: 1.0,
+        fill_elements: 32_768.0,
+    };
 }
 
 /// How the data pipeline runs: what the planner picks beside the micro-batch.
@@ -119,6 +154,11 @@ pub struct Candidate {
     /// pick and `fits` then rest on.
     pub calibrated_peak: Option<u64>,
     pub fits: bool,
+    /// The expected time per sample, against one f32 pass over the whole effective batch
+    /// with every activation kept (1.0): what the pick minimises among those that fit.
+    /// Runs saved before it was planned read 0.
+    #[serde(default)]
+    pub relative_time: f64,
 }
 
 impl Candidate {
@@ -134,8 +174,9 @@ pub struct Plan {
     pub candidates: Vec<Candidate>,
     /// A candidate fits when its predicted peak leaves the enforcer's headroom under the
     /// cap (10%): the measured peak may differ from the prediction.
-    /// Index into `candidates` of the pick: the largest micro-batch that fits, preferring
-    /// f32 and no checkpointing among equals (less rounding, less recompute).
+    /// Index into `candidates` of the pick: the least expected time per sample among
+    /// those that fit, preferring f32 and no checkpointing among equals (less rounding,
+    /// less recompute).
     pub chosen: Option<usize>,
     /// The probes' correction, once the device was measured.
     pub calibration: Option<Calibration>,
@@ -159,7 +200,9 @@ impl Plan {
     /// Re-judges every candidate on the probes' measurements and picks again.
     pub fn calibrate(&mut self, calibration: Calibration) {
         for c in &mut self.candidates {
-            let peak = calibration.device_bytes(c.micro_batch, c.breakdown.device()) + c.breakdown.data;
+            let device = c.breakdown.device();
+            let peak = calibration.device_bytes_with(c.micro_batch, device, c.precision, c.checkpointing)
+                + c.breakdown.data;
             c.calibrated_peak = Some(peak);
             c.fits = enforcer::within_limit(self.cap, peak);
         }
@@ -168,25 +211,61 @@ impl Plan {
     }
 }
 
-/// The largest micro-batch that fits, preferring f32 and no checkpointing among equals,
-/// then the deepest prefetch (fewer stalls) and evaluation beside training (nothing
-/// fetched twice).
+/// Times within this fraction of each other count as equal: the cost factors are
+/// measurements with a spread, not exact figures.
+const TIME_TOLERANCE: f64 = 0.02;
+
+/// The least expected time per sample among those that fit; among times within the
+/// tolerance, f32 and no checkpointing (less rounding, less recompute), the larger
+/// micro-batch, then the deepest prefetch (fewer stalls) and evaluation beside training
+/// (nothing fetched twice). With the precision and checkpointing fixed this is the
+/// largest micro-batch that fits, since a pass's fixed costs only grow with more passes.
 fn choose(candidates: &[Candidate]) -> Option<usize> {
-    candidates
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.fits)
+    let fitting = || candidates.iter().enumerate().filter(|(_, c)| c.fits);
+    let fastest = fitting().map(|(_, c)| c.relative_time).reduce(f64::min)?;
+    fitting()
+        .filter(|(_, c)| c.relative_time <= fastest * (1.0 + TIME_TOLERANCE))
         .max_by_key(|(_, c)| {
             (
-                c.micro_batch,
                 c.precision == Precision::F32,
                 !c.checkpointing,
+                c.micro_batch,
                 c.data.prefetch,
                 !c.data.pause_training_for_eval,
                 std::cmp::Reverse(c.peak()),
             )
         })
         .map(|(i, _)| i)
+}
+
+/// The expected time per sample of a setting, against one f32 pass over the whole
+/// effective batch with every activation kept: each pass pays for filling the device
+/// (`LeverCosts::fill_elements`), f16 its measured factor, and checkpointing one more
+/// forward of every segment plus one of each segment whose input it drops, a forward
+/// being about a third of a step (backward is about two).
+pub fn relative_time(
+    request: &PlanRequest,
+    micro_batch: usize,
+    precision: Precision,
+    checkpointing: bool,
+) -> f64 {
+    let census = request.model.census(&request.input);
+    let per_sample = census.saved_activations().iter().sum::<usize>().max(1) as f64;
+    let pass = |m: usize| 1.0 + request.costs.fill_elements / (m.max(1) as f64 * per_sample);
+    let passes = pass(micro_batch) / pass(request.effective_batch);
+    let precision = match precision {
+        Precision::F32 => 1.0,
+        Precision::F16 => request.costs.f16,
+    };
+    let segments = census.segments.len().max(1) as f64;
+    let recompute = match checkpointing {
+        false => 1.0,
+        true => {
+            let dropped = recomputed_inputs(&census.segments).count_ones() as f64;
+            1.0 + (segments + dropped) / segments / 3.0
+        }
+    };
+    passes * precision * recompute
 }
 
 fn divisors(n: usize) -> Vec<usize> {
@@ -204,6 +283,7 @@ pub fn plan(request: &PlanRequest, cap: Option<u64>) -> Plan {
         for &precision in &request.precisions {
             for &checkpointing in &request.checkpointing {
                 let device = predict(request, micro_batch, precision, checkpointing);
+                let relative_time = relative_time(request, micro_batch, precision, checkpointing);
                 for option in &request.data {
                     let breakdown = Breakdown {
                         data: option.bytes,
@@ -220,6 +300,7 @@ pub fn plan(request: &PlanRequest, cap: Option<u64>) -> Plan {
                         predicted_peak,
                         calibrated_peak: None,
                         fits: enforcer::within_limit(cap, predicted_peak),
+                        relative_time,
                     });
                 }
             }
@@ -430,6 +511,7 @@ mod tests {
             micro_batches: vec![],
             precisions: vec![Precision::F32, Precision::F16],
             checkpointing: vec![false, true],
+            costs: LeverCosts::CPU,
         }
     }
 
@@ -446,9 +528,15 @@ mod tests {
         assert_eq!(base.optimizer_state, 2 * base.parameters);
     }
 
+    /// With the precision and checkpointing fixed (by hand, or by no cap), the micro-batch is
+    /// the lever left: the largest that fits.
     #[test]
     fn the_pick_is_the_largest_micro_batch_that_fits() {
-        let r = request(PoolModel::Sliced { alignment: 256 });
+        let r = PlanRequest {
+            precisions: vec![Precision::F32],
+            checkpointing: vec![false],
+            ..request(PoolModel::Sliced { alignment: 256 })
+        };
         let uncapped = plan(&r, None);
         let top = uncapped.chosen().unwrap();
         assert_eq!(
@@ -469,6 +557,47 @@ mod tests {
             "a larger micro-batch fits"
         );
         assert_eq!(pick.accumulation_steps * pick.micro_batch, 256);
+    }
+
+    fn setting(c: &Candidate) -> (usize, Precision, bool) {
+        (c.micro_batch, c.precision, c.checkpointing)
+    }
+
+    /// The pick is the least expected time by the device's lever costs, not a fixed order:
+    /// f16 where it is faster, f32 where it is not, and under a cap that the plain setting
+    /// passes, the cheapest of the settings that fit.
+    #[test]
+    fn the_pick_weighs_each_levers_cost_on_the_device() {
+        let mut r = request(PoolModel::Host);
+        r.costs = LeverCosts::GPU;
+        assert_eq!(
+            setting(plan(&r, None).chosen().unwrap()),
+            (256, Precision::F16, false)
+        );
+        r.costs = LeverCosts {
+            f16: 1.5,
+            ..LeverCosts::GPU
+        };
+        assert_eq!(
+            setting(plan(&r, None).chosen().unwrap()),
+            (256, Precision::F32, false)
+        );
+        let plain = predict(&r, 256, Precision::F32, false).total() + r.least_data_bytes();
+        let capped = plan(&r, Some(enforcer::cap_for(plain) - 1));
+        let pick = capped.chosen().unwrap();
+        assert_ne!(
+            setting(pick),
+            (256, Precision::F32, false),
+            "the plain setting passes this cap"
+        );
+        let fastest = capped
+            .candidates
+            .iter()
+            .filter(|c| c.fits)
+            .map(|c| c.relative_time)
+            .reduce(f64::min)
+            .unwrap();
+        assert!(pick.relative_time <= fastest * (1.0 + TIME_TOLERANCE), "{pick:?}");
     }
 
     #[test]

@@ -86,6 +86,19 @@ impl BackendKind {
     }
 }
 
+/// Whether the wgpu adapter in use is a software renderer (lavapipe, SwiftShader): the
+/// planner weighs the levers' time by a CPU's costs there (`train::plan::lever_costs`).
+static SOFTWARE_ADAPTER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Records the kind of the wgpu adapter the runs use, where it is acquired.
+pub fn set_adapter_is_software(software: bool) {
+    SOFTWARE_ADAPTER.store(software, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn adapter_is_software() -> bool {
+    SOFTWARE_ADAPTER.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The wgpu device, initialized once with its adapter in hand so that its matmuls take the
 /// routine chosen for that adapter (`model::matmul::routine_for_adapter`).
 #[cfg(not(target_arch = "wasm32"))]
@@ -95,7 +108,9 @@ fn wgpu_device() -> Device {
     DEVICE
         .get_or_init(|| match Device::wgpu_options().init_with_setup() {
             Ok((device, setup)) => {
-                let chosen = routine_for_adapter(&setup.adapter.get_info());
+                let info = setup.adapter.get_info();
+                set_adapter_is_software(info.device_type == burn::tensor::wgpu::wgpu::DeviceType::Cpu);
+                let chosen = routine_for_adapter(&info);
                 set_gpu_routine(routine_from_env().unwrap_or(chosen));
                 device
             }

@@ -68,7 +68,8 @@ fn levers_tried(run_plan: &RunPlan, config: &TrainConfig) -> Vec<LeverNeed> {
             needed_bytes: *needed,
         });
     }
-    if run_plan.precision == Precision::F32 && run_plan.levers.f16_available {
+    // Levers the planner weighed already (left to it under the cap) are not suggested.
+    if !request.precisions.contains(&Precision::F16) && run_plan.levers.f16_available {
         let changed = PlanRequest {
             precisions: vec![Precision::F16],
             ..request.clone()
@@ -76,7 +77,7 @@ fn levers_tried(run_plan: &RunPlan, config: &TrainConfig) -> Vec<LeverNeed> {
         tried.push(tried_with(Lever::F16Storage, run_plan, &changed));
         all.precisions = vec![Precision::F16];
     }
-    if !config.checkpointing {
+    if !request.checkpointing.contains(&true) {
         let changed = PlanRequest {
             checkpointing: vec![true],
             ..request.clone()
@@ -115,6 +116,43 @@ pub fn refusal(run_plan: &RunPlan, config: &TrainConfig) -> TrainError {
         },
         levers: levers_tried(run_plan, config),
     }))
+}
+
+/// Why the planner picked the levers it did, where the cap left them to it: the setting,
+/// its expected time against the other settings that fit, and what the run without those
+/// levers would have needed. `None` where every lever was fixed or nothing fits.
+pub fn pick_reason(run_plan: &RunPlan) -> Option<String> {
+    let chosen = run_plan.plan.chosen().filter(|_| run_plan.picks_levers())?;
+    let fitting = run_plan.plan.candidates.iter().filter(|c| c.fits).count();
+    let levers = match (chosen.precision, chosen.checkpointing) {
+        (Precision::F16, true) => "f16 storage and checkpointing",
+        (Precision::F16, false) => "f16 storage",
+        (Precision::F32, true) => "checkpointing",
+        (Precision::F32, false) => "no precision or checkpointing lever",
+    };
+    let plain = run_plan
+        .plan
+        .candidates
+        .iter()
+        .filter(|c| c.precision == Precision::F32 && !c.checkpointing);
+    let without = match plain.clone().filter(|c| c.fits).max_by_key(|c| c.micro_batch) {
+        Some(c) if c.micro_batch == chosen.micro_batch && levers.starts_with("no ") => String::new(),
+        Some(c) => format!(
+            "; without levers it fits at micro-batch {} ({:.2}x)",
+            c.micro_batch, c.relative_time
+        ),
+        None => format!(
+            "; without levers it would need a cap of {}",
+            crate::units::format_bytes_up(
+                plain.map(|c| enforcer::cap_for(c.peak())).min().unwrap_or(0) as usize
+            )
+        ),
+    };
+    Some(format!(
+        "the cap picked {levers} at micro-batch {}: the least expected time per sample ({:.2}x one \
+         f32 pass of the whole batch) of the {fitting} settings that fit{without}",
+        chosen.micro_batch, chosen.relative_time
+    ))
 }
 
 /// One lever's predicted device peak for the run's effective batch, beside the others.

@@ -73,9 +73,12 @@ pub struct TrainConfig {
     pub duration: Duration,
     /// Activation checkpointing: keep only each segment's input (a layer of the MLP, a
     /// conv block of the CNN) and recompute the segment during backward: less memory, one
-    /// more forward pass, same gradients.
-    pub checkpointing: bool,
-    pub precision: Precision,
+    /// more forward pass, same gradients. `None` (auto): under a cap the planner decides,
+    /// by what it costs against the other settings that fit; without a cap, off.
+    pub checkpointing: Option<bool>,
+    /// `None` (auto): under a cap the planner picks f16 where the device has it and it
+    /// is the faster setting that fits; without a cap, f32.
+    pub precision: Option<Precision>,
     /// Hard cap on the bytes the run holds (device reservation plus data pipeline);
     /// the enforcer halves the micro-batch when a step would pass it.
     pub cap: Option<u64>,
@@ -126,8 +129,8 @@ impl Default for TrainConfig {
             effective_batch: 256,
             micro_batch: None,
             duration: Duration::Epochs(1),
-            checkpointing: false,
-            precision: Precision::F32,
+            checkpointing: None,
+            precision: None,
             cap: None,
             calibrate: true,
             eval_every: 0,
@@ -143,6 +146,25 @@ impl Default for TrainConfig {
 }
 
 impl TrainConfig {
+    /// The precisions the planner may choose from: the one asked for, or under a cap both
+    /// where the device has f16 (`f16_available`), or f32 alone.
+    pub fn precision_choices(&self, f16_available: bool) -> Vec<Precision> {
+        match (self.precision, self.cap) {
+            (Some(fixed), _) => vec![fixed],
+            (None, Some(_)) if f16_available => vec![Precision::F32, Precision::F16],
+            (None, _) => vec![Precision::F32],
+        }
+    }
+
+    /// With checkpointing, without, or (auto, under a cap) both for the planner to weigh.
+    pub fn checkpointing_choices(&self) -> Vec<bool> {
+        match (self.checkpointing, self.cap) {
+            (Some(fixed), _) => vec![fixed],
+            (None, Some(_)) => vec![false, true],
+            (None, None) => vec![false],
+        }
+    }
+
     /// The stream options a source for this run opens with: the configured ones, with the
     /// text window the model reads.
     pub fn stream_options(&self) -> StreamOptions {
@@ -252,6 +274,41 @@ mod tests {
             let error = serde_json::from_str::<TrainConfig>(json).unwrap_err().to_string();
             assert!(error.contains(&format!("unknown field `{field}`")), "{error}");
         }
+    }
+
+    #[test]
+    fn levers_are_chosen_only_under_a_cap_and_one_fixed_by_hand_stays() {
+        let uncapped = TrainConfig::default();
+        assert_eq!(uncapped.precision_choices(true), vec![Precision::F32]);
+        assert_eq!(uncapped.checkpointing_choices(), vec![false]);
+        let capped = TrainConfig {
+            cap: Some(1 << 28),
+            ..TrainConfig::default()
+        };
+        assert_eq!(
+            capped.precision_choices(true),
+            vec![Precision::F32, Precision::F16]
+        );
+        assert_eq!(capped.precision_choices(false), vec![Precision::F32]);
+        assert_eq!(capped.checkpointing_choices(), vec![false, true]);
+        let fixed = TrainConfig {
+            precision: Some(Precision::F32),
+            checkpointing: Some(false),
+            ..capped.clone()
+        };
+        assert_eq!(fixed.precision_choices(true), vec![Precision::F32]);
+        assert_eq!(fixed.checkpointing_choices(), vec![false]);
+        let on = TrainConfig {
+            precision: Some(Precision::F16),
+            checkpointing: Some(true),
+            cap: None,
+            ..capped
+        };
+        assert_eq!(on.precision_choices(true), vec![Precision::F16]);
+        assert_eq!(on.checkpointing_choices(), vec![true]);
+        // The page's "auto" is null.
+        let auto: TrainConfig = serde_json::from_str(r#"{"precision":null,"checkpointing":null}"#).unwrap();
+        assert_eq!((auto.precision, auto.checkpointing), (None, None));
     }
 
     /// The config type the page and the comparison worker build (web/page/types/train-config.d.ts)

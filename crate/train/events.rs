@@ -21,6 +21,9 @@ pub struct RunStarted {
     pub precision: Precision,
     /// Why the asked-for precision was not used.
     pub precision_note: Option<String>,
+    /// Why the planner picked the precision, checkpointing and micro-batch it did, where
+    /// the cap left them to it (`None` where they were fixed).
+    pub levers_reason: Option<String>,
     pub cap: Option<u64>,
     /// The census's peak for the setting the run starts with (device plus data).
     pub predicted_peak: u64,

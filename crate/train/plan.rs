@@ -6,7 +6,7 @@ use super::config::{OptimizerKind, Precision, TrainConfig};
 use super::error::TrainError;
 use crate::data::{ChunkFootprint, DataSource, Manifest, Split};
 use crate::memory::planner::predict;
-use crate::memory::{DataOption, DataSettings, Plan, PlanRequest, PoolModel};
+use crate::memory::{Candidate, DataOption, DataSettings, LeverCosts, Plan, PlanRequest, PoolModel};
 use crate::model::{InputKind, InputShape};
 
 /// What the trainer needs to know about a dataset: images of one channel with u8 labels,
@@ -42,6 +42,16 @@ pub fn effective_precision(asked: Precision, device: &Device, backend: &str) -> 
     (asked, None)
 }
 
+/// What the levers cost in time on this backend's device: a GPU's figures for wgpu and
+/// CUDA on a hardware adapter, the CPU's for flex, ndarray and software adapters.
+pub fn lever_costs(backend: &str) -> LeverCosts {
+    match backend {
+        "flex" | "ndarray" => LeverCosts::CPU,
+        _ if crate::ops::backend::adapter_is_software() => LeverCosts::CPU,
+        _ => LeverCosts::GPU,
+    }
+}
+
 /// Chunks smaller than this are not suggested: per-chunk overheads (a request, a checksum,
 /// a visiting order) start to count.
 const SMALLEST_SUGGESTED_CHUNK: usize = 256;
@@ -68,8 +78,6 @@ pub fn smaller_chunk_sizes(chunk_samples: usize) -> impl Iterator<Item = usize> 
 pub struct RunPlan {
     pub input: InputShape,
     pub plan: Plan,
-    /// The precision the device runs, which may differ from the one asked for.
-    pub precision: Precision,
     /// Why the asked-for precision was not used.
     pub precision_note: Option<String>,
     /// What the plan was made for.
@@ -80,13 +88,26 @@ pub struct RunPlan {
 
 impl RunPlan {
     /// The census's device reservation for a probe step of `micro_batch`, accumulating two
-    /// micro-batches or not, as the probe ran.
-    pub fn probe_census(&self, micro_batch: usize, accumulating: bool, checkpointing: bool) -> u64 {
+    /// micro-batches or not, as the probe ran, with the probed levers.
+    pub fn probe_census(&self, micro_batch: usize, accumulating: bool, levers: (Precision, bool)) -> u64 {
         let probe = PlanRequest {
             effective_batch: micro_batch * if accumulating { 2 } else { 1 },
             ..self.request.clone()
         };
-        predict(&probe, micro_batch, self.precision, checkpointing).device()
+        predict(&probe, micro_batch, levers.0, levers.1).device()
+    }
+
+    /// The precision and checkpointing the probes run with: the census's pick's, or where
+    /// none fits the setting that fits under the smallest cap.
+    pub fn probed_levers(&self) -> (Precision, bool) {
+        let setting: Option<&Candidate> = self.plan.chosen().or_else(|| self.plan.smallest_fitting());
+        setting.map_or((Precision::F32, false), |c| (c.precision, c.checkpointing))
+    }
+
+    /// Whether the planner chose a lever the run did not fix: the precision or
+    /// checkpointing left to it under a cap.
+    pub fn picks_levers(&self) -> bool {
+        self.request.precisions.len() > 1 || self.request.checkpointing.len() > 1
     }
 }
 
@@ -111,7 +132,15 @@ pub fn for_run(
     if source.sample_count(Split::Train) == 0 {
         return Err(TrainError::Dataset("the training split is empty".into()));
     }
-    let (precision, precision_note) = effective_precision(config.precision, device, backend);
+    let (precision, precision_note) = match config.precision {
+        Some(asked) => effective_precision(asked, device, backend),
+        None => (Precision::F32, None),
+    };
+    let f16_available = device.supports_dtype(Precision::F16.dtype());
+    let precisions = match config.precision {
+        Some(_) => vec![precision],
+        None => config.precision_choices(f16_available),
+    };
     let manifest = source.manifest();
     let eval_samples = config.evaluate.then(|| config.eval_samples.unwrap_or(usize::MAX));
     let rechunked = |chunk_samples: usize| {
@@ -122,7 +151,7 @@ pub fn for_run(
         (chunk_samples, train, eval.first_chunks(eval_chunks))
     };
     let levers = Levers {
-        f16_available: device.supports_dtype(Precision::F16.dtype()),
+        f16_available,
         // A text chunk holds at least one window.
         smaller_chunks: smaller_chunk_sizes(manifest.chunk_samples)
             .filter(|&size| size >= source.options().window.unwrap_or(0))
@@ -130,17 +159,13 @@ pub fn for_run(
             .collect(),
     };
     let (train, eval) = footprints(config, source);
-    let request = request(
-        config,
-        &input,
-        precision,
-        data_options(config, train, eval),
-        PoolModel::for_backend(backend),
-    );
+    let request = PlanRequest {
+        precisions,
+        ..request(config, &input, data_options(config, train, eval), backend)
+    };
     Ok(RunPlan {
         input,
         plan: crate::memory::plan(&request, config.cap),
-        precision,
         precision_note,
         request,
         levers,
@@ -217,14 +242,15 @@ fn data_option(prefetch: usize, pause_training_for_eval: bool, bytes: u64) -> Da
     }
 }
 
-/// A plan request for `config` as it will run: its precision and checkpointing fixed, the
-/// micro-batch open up to the one asked for, and the data pipeline's `data` options.
+/// A plan request for `config` as it will run on `backend`: its precision and
+/// checkpointing as fixed or left to the planner (f16 offered where the config allows it;
+/// the caller narrows it to what the device runs), the micro-batch open up to the one
+/// asked for, and the data pipeline's `data` options.
 pub fn request(
     config: &TrainConfig,
     input: &InputShape,
-    precision: Precision,
     data: Vec<DataOption>,
-    pool: PoolModel,
+    backend: &str,
 ) -> PlanRequest {
     PlanRequest {
         model: config.model.clone(),
@@ -233,9 +259,10 @@ pub fn request(
         optimizer: config.optimizer.kind,
         momentum: config.optimizer.kind == OptimizerKind::Sgd && config.optimizer.momentum > 0.0,
         data,
-        pool,
+        pool: PoolModel::for_backend(backend),
         micro_batches: micro_batch_choices(config),
-        precisions: vec![precision],
-        checkpointing: vec![config.checkpointing],
+        precisions: config.precision_choices(true),
+        checkpointing: config.checkpointing_choices(),
+        costs: lever_costs(backend),
     }
 }

@@ -1,5 +1,5 @@
 //! The probe steps that calibrate the planner before step 1: full steps (forward,
-//! backward, optimizer update) on zero-filled samples, with the run's own levers, up a
+//! backward, optimizer update) on zero-filled samples, with the census's pick's levers, up a
 //! ladder of micro-batches to the one the census picked (see `memory::calibration`).
 //!
 //! The probes leave the run as it was: the update uses a learning rate that rounds to zero
@@ -86,7 +86,7 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
         return (model, None);
     }
     let accumulating = setting.target_micro_batch < setting.config.effective_batch;
-    let checkpointing = setting.config.checkpointing;
+    let levers = setting.plan.probed_levers();
     let target = setting.target_micro_batch;
     // Under a cap the census's pick may be held down by its own over-count: the ladder goes
     // on above it, one larger micro-batch at a time, while the rungs below say it stays
@@ -111,9 +111,7 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
             true => micro_batch < setting.config.effective_batch,
             false => accumulating,
         };
-        let census_reserved = setting
-            .plan
-            .probe_census(micro_batch, accumulating, checkpointing);
+        let census_reserved = setting.plan.probe_census(micro_batch, accumulating, levers);
         // The first rung, a quarter of the target, always runs: a step that small is what
         // the run itself would try first under a cap that fits nothing better.
         if let Some(so_far) = Calibration::fit(probes.clone())
@@ -139,7 +137,10 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
         }
     }
     device.memory_cleanup();
-    (model, Calibration::fit(probes))
+    (
+        model,
+        Calibration::fit(probes).map(|c| c.probed_with(levers.0, levers.1)),
+    )
 }
 
 /// The peak reservation over `step_count` steps at `micro_batch`: two micro-batches a step
@@ -165,11 +166,12 @@ fn probe(
         features: vec![0; samples * sample_bytes],
         sample_bytes,
     };
+    let (precision, recompute) = setting.plan.probed_levers();
     let steps = MicroSteps {
         micro_batch,
-        precision: setting.plan.precision,
+        precision,
         loss_scale: 1.0,
-        recompute: setting.config.checkpointing,
+        recompute,
         recomputed_inputs: recomputed_inputs(&setting.config.model.census(input).segments),
     };
     let mut tracker = MemoryTracker::new(device.clone(), MemoryGauge::default());

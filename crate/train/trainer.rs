@@ -58,6 +58,8 @@ pub struct Trainer {
     pub(super) micro_batch: usize,
     precision: Precision,
     precision_note: Option<String>,
+    /// Why the planner picked the levers it did, where the cap left them to it.
+    levers_reason: Option<String>,
     pub(super) scaler: Option<LossScaler>,
     pub(super) skipped_in_a_row: u32,
     pub(super) skipped_steps: u64,
@@ -89,15 +91,16 @@ fn planned_enforcement(config: &TrainConfig, plan: &Plan, chosen: &Candidate) ->
 
 impl Trainer {
     pub fn new(
-        config: TrainConfig,
+        mut config: TrainConfig,
         source: &DataSource,
         device: Device,
         backend: &str,
     ) -> Result<Self, TrainError> {
         let train_device = device.clone().autodiff();
         let (run_plan, model) = probed_plan(&config, source, &train_device, backend)?;
-        let (input, precision) = (run_plan.input, run_plan.precision);
+        let input = run_plan.input;
         let precision_note = run_plan.precision_note.clone();
+        let levers_reason = super::advice::pick_reason(&run_plan);
         let train_samples = source.sample_count(Split::Train);
         let schedule = Schedule {
             base_lr: config.optimizer.learning_rate,
@@ -108,6 +111,11 @@ impl Trainer {
         let chosen = run_plan.pick(&config)?;
         let enforcements = Vec::from_iter(planned_enforcement(&config, &run_plan.plan, chosen));
         let (micro_batch, planned) = (chosen.micro_batch, chosen.clone());
+        let precision = chosen.precision;
+        // The levers the planner picked are the run's from here on: a saved run resumes
+        // with them, whatever a later plan would pick.
+        config.precision = Some(chosen.precision);
+        config.checkpointing = Some(chosen.checkpointing);
         let calibration = run_plan.plan.calibration.clone();
         Ok(Trainer {
             enforcer: config.cap.map(Enforcer::new),
@@ -127,6 +135,7 @@ impl Trainer {
             micro_batch,
             precision,
             precision_note,
+            levers_reason,
             scaler: (precision == Precision::F16).then(|| LossScaler::new(SCALE_GROWTH_INTERVAL)),
             skipped_in_a_row: 0,
             skipped_steps: 0,
@@ -153,6 +162,11 @@ impl Trainer {
 
     pub fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// Whether the run recomputes its activations (fixed in the config once planned).
+    pub fn checkpointing(&self) -> bool {
+        self.config.checkpointing.unwrap_or(false)
     }
 
     /// Changes the enforcer made, including the one before training (step 0).
@@ -221,7 +235,7 @@ impl Trainer {
             micro_batch: self.micro_batch,
             precision: self.precision,
             loss_scale: loss_scale.unwrap_or(1.0),
-            recompute: self.config.checkpointing,
+            recompute: self.checkpointing(),
             recomputed_inputs: recomputed_inputs(&self.config.model.census(&self.input).segments),
         };
         let step = accumulate_gradients(
@@ -408,9 +422,10 @@ impl Trainer {
             effective_batch: self.config.effective_batch,
             micro_batch: self.micro_batch,
             accumulation_steps: self.config.effective_batch / self.micro_batch,
-            checkpointing: self.config.checkpointing,
+            checkpointing: self.checkpointing(),
             precision: self.precision,
             precision_note: self.precision_note.clone(),
+            levers_reason: self.levers_reason.clone(),
             cap: self.config.cap,
             predicted_peak: self.planned.predicted_peak,
             predicted: self.planned.breakdown,

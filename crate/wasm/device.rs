@@ -183,6 +183,7 @@ pub async fn acquire(preference: Preference) -> Result<Acquired, String> {
         }
         Ok((device, adapter, matmul)) => {
             set_gpu_routine(matmul);
+            crate::ops::backend::set_adapter_is_software(adapter.device_type == "Cpu");
             Ok(Acquired {
                 device,
                 backend: "webgpu",

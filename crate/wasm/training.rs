@@ -58,6 +58,8 @@ struct Preview<'a> {
     refusal: Option<&'a Refusal>,
     precision: Precision,
     precision_note: &'a Option<String>,
+    /// Why the planner picked its levers, where the cap left them to it.
+    levers_reason: Option<String>,
     /// What each memory lever would hold for this run (census).
     levers: Vec<advice::LeverPeak>,
 }
@@ -105,8 +107,9 @@ pub fn plan_run(url: String, config: JsValue, backend: String) -> js_sys::Promis
                 Err(TrainError::CapTooSmall(refusal)) => Some(refusal.as_ref()),
                 _ => None,
             },
-            precision: run_plan.precision,
+            precision: run_plan.probed_levers().0,
             precision_note: &run_plan.precision_note,
+            levers_reason: advice::pick_reason(&run_plan),
             levers: advice::lever_peaks(&run_plan),
         })
     })

@@ -35,6 +35,9 @@ test("the MLP trains on Fashion-MNIST chunks on WebGPU under a 256 MiB cap, and 
   await setRun(page, { dataset: "data/fashion-mnist", backend: "webgpu", cap: 256, steps: TRAIN_STEPS });
   await page.waitForFunction(() => /^Plan: /.test(document.getElementById("plan").textContent));
   assert.match(await page.textContent("#plan"), /of the 256\.0 MiB cap/);
+  // Precision and checkpointing are auto by default: under a cap the plan says what it
+  // picked and why.
+  assert.match(await page.textContent("#plan"), /Why: the cap picked .+ at micro-batch \d+: the least expected time per sample/);
   await page.click("#start");
   await page.waitForFunction(() => playground.charts.steps.x.length >= 5, null, { timeout: 120000 });
 
@@ -202,7 +205,10 @@ test("a cap too small for any plan is refused before training, naming the cap th
   // The cap entered in MiB, rounded up to the tenth as the page shows it.
   const needed = Math.ceil((neededBytes / (1024 * 1024)) * 10 - 1e-9) / 10;
   assert.match(refusal, new RegExp(`the smallest cap that fits is ${needed.toFixed(1)} MiB`));
-  assert.match(refusal, /No lever left to this run fits 1\.0 MiB \(it would need [\d.]+ MiB with chunks of \d+ samples.*, [\d.]+ MiB with checkpointing/);
+  // Precision and checkpointing are the planner's to pick under a cap (auto), so they were
+  // weighed already: what is left to suggest is smaller chunks.
+  assert.match(refusal, /No lever left to this run fits 1\.0 MiB \(it would need [\d.]+ MiB with chunks of \d+ samples[^)]*\)/);
+  assert.doesNotMatch(refusal, /with checkpointing/);
   // The cap it names really fits.
   await page.fill("#cap", String(needed));
   await page.waitForFunction((cap) => document.getElementById("plan").textContent.includes(`of the ${cap.toFixed(1)} MiB cap`), needed, { timeout: 60000 });

@@ -89,9 +89,10 @@ export function readRun() {
     effective_batch: positiveInteger("effective-batch", "Effective batch"),
     micro_batch: micro,
     duration: { steps: positiveInteger("steps", "Steps") },
-    checkpointing: $("checkpointing").checked,
-    // The select offers only Precision's values.
-    precision: /** @type {Precision} */ ($("precision").value),
+    // auto (null): the planner picks under a cap, off without one.
+    checkpointing: $("checkpointing").value === "auto" ? null : $("checkpointing").value === "on",
+    // The select offers auto (null) and Precision's values.
+    precision: $("precision").value === "auto" ? null : /** @type {Precision} */ ($("precision").value),
     cap: capMiB === null ? null : fromMiB(capMiB),
     eval_every: 100,
     // Text: the first windows of the test split, a quick and repeatable perplexity (the
@@ -111,7 +112,7 @@ export function offerF16(available, reason) {
   option.disabled = !available;
   option.title = available ? "" : reason;
   option.textContent = available ? "f16" : `f16 (unavailable: ${reason})`;
-  if (!available && $("precision").value === "f16") $("precision").value = "f32";
+  if (!available && $("precision").value === "f16") $("precision").value = "auto";
 }
 
 const DATASET_INDEX = "data/index.json";

@@ -140,7 +140,8 @@ function showPlan(preview) {
   const peak = `predicted peak ${formatBytes(chosen.predicted_peak)} (device ${formatBytes(chosen.predicted_peak - chosen.breakdown.data)}, data ${formatBytes(chosen.breakdown.data)})`;
   const against = cap ? ` of the ${formatBytes(cap)} cap` : " (no cap)";
   const note = preview.precision_note ? ` Note: ${preview.precision_note}.` : "";
-  plan.textContent = `Plan: ${setting}; ${peak}${against}.${note}`;
+  const why = preview.levers_reason ? ` Why: ${preview.levers_reason}.` : "";
+  plan.textContent = `Plan: ${setting}; ${peak}${against}.${why}${note}`;
   plan.dataset.predictedPeak = chosen.predicted_peak;
   showLevers(preview.levers);
 }

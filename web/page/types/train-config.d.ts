@@ -31,10 +31,15 @@ export interface TrainConfig {
     /**
      * Activation checkpointing: keep only each segment's input (a layer of the MLP, a
      * conv block of the CNN) and recompute the segment during backward: less memory, one
-     * more forward pass, same gradients.
+     * more forward pass, same gradients. `None` (auto): under a cap the planner decides,
+     * by what it costs against the other settings that fit; without a cap, off.
      */
-    checkpointing?: boolean;
-    precision?: Precision;
+    checkpointing?: boolean | null;
+    /**
+     * `None` (auto): under a cap the planner picks f16 where the device has it and it
+     * is the faster setting that fits; without a cap, f32.
+     */
+    precision?: Precision | null;
     /**
      * Hard cap on the bytes the run holds (device reservation plus data pipeline);
      * the enforcer halves the micro-batch when a step would pass it.
