@@ -65,23 +65,20 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         ..TrainConfig::default()
     };
     config.validate(&input).map_err(anyhow::Error::msg)?;
+    // Made first: the lever costs follow its adapter (train::plan::lever_costs).
+    let device = args.backend.device();
     let precisions = match args.precision {
         Some(precision) => vec![precision],
-        None => {
-            let device = args.backend.device();
-            match effective_precision(Precision::F16, &device, args.backend.name()) {
-                (Precision::F16, _) => vec![Precision::F32, Precision::F16],
-                (_, note) => {
-                    eprintln!("note: {}", note.unwrap_or_default());
-                    vec![Precision::F32]
-                }
+        None => match effective_precision(Precision::F16, &device, args.backend.name()) {
+            (Precision::F16, _) => vec![Precision::F32, Precision::F16],
+            (_, note) => {
+                eprintln!("note: {}", note.unwrap_or_default());
+                vec![Precision::F32]
             }
-        }
+        },
     };
     let (train, eval) = train_plan::footprints(&config, &source);
     let data = train_plan::data_options(&config, train, eval);
-    // The lever costs follow the adapter, known once its device is made.
-    drop(args.backend.device());
     let mut request = train_plan::request(&config, &input, data, args.backend.name());
     request.precisions = precisions;
     request.checkpointing = match args.checkpointing {

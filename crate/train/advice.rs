@@ -136,7 +136,14 @@ pub fn pick_reason(run_plan: &RunPlan) -> Option<String> {
         .iter()
         .filter(|c| c.precision == Precision::F32 && !c.checkpointing);
     let without = match plain.clone().filter(|c| c.fits).max_by_key(|c| c.micro_batch) {
-        Some(c) if c.micro_batch == chosen.micro_batch && levers.starts_with("no ") => String::new(),
+        // The pick is this setting itself: nothing to set it against.
+        Some(c)
+            if c.micro_batch == chosen.micro_batch
+                && c.precision == chosen.precision
+                && c.checkpointing == chosen.checkpointing =>
+        {
+            String::new()
+        }
         Some(c) => format!(
             "; without levers it fits at micro-batch {} ({:.2}x)",
             c.micro_batch, c.relative_time

@@ -9,7 +9,7 @@
 
 use burn::prelude::*;
 
-use super::config::TrainConfig;
+use super::config::{Precision, TrainConfig};
 use super::error::TrainError;
 use super::optimizer;
 use super::plan::{self, RunPlan};
@@ -35,6 +35,8 @@ struct ProbeSetting<'a> {
     /// The top of the ladder: the census's pick, or the largest micro-batch allowed where
     /// the census fits none.
     target_micro_batch: usize,
+    /// The precision and checkpointing every rung runs with (`RunPlan::probed_levers`).
+    levers: (Precision, bool),
 }
 
 impl ProbeSetting<'_> {
@@ -70,6 +72,7 @@ pub fn probed_plan(
         config,
         plan: &run_plan,
         target_micro_batch: run_plan.plan.chosen().map_or(largest, |c| c.micro_batch),
+        levers: run_plan.probed_levers(),
     };
     let (model, calibration) = calibrate(model, &setting, device);
     if let Some(calibration) = calibration {
@@ -86,7 +89,7 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
         return (model, None);
     }
     let accumulating = setting.target_micro_batch < setting.config.effective_batch;
-    let levers = setting.plan.probed_levers();
+    let levers = setting.levers;
     let target = setting.target_micro_batch;
     // Under a cap the census's pick may be held down by its own over-count: the ladder goes
     // on above it, one larger micro-batch at a time, while the rungs below say it stays
@@ -166,7 +169,7 @@ fn probe(
         features: vec![0; samples * sample_bytes],
         sample_bytes,
     };
-    let (precision, recompute) = setting.plan.probed_levers();
+    let (precision, recompute) = setting.levers;
     let steps = MicroSteps {
         micro_batch,
         precision,
