@@ -50,6 +50,52 @@ impl Precision {
     }
 }
 
+/// How Adam's two moments are kept between steps.
+#[cfg_attr(all(test, not(target_arch = "wasm32")), derive(tsify::Tsify))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(clap::ValueEnum))]
+pub enum Moments {
+    /// 4 bytes each.
+    #[default]
+    #[serde(rename = "f32")]
+    #[cfg_attr(not(target_arch = "wasm32"), value(name = "f32"))]
+    F32,
+    /// 1 byte each and an f32 scale per block of 256: block-wise dynamic quantisation
+    /// (`train::quantize`).
+    #[serde(rename = "8bit")]
+    #[cfg_attr(not(target_arch = "wasm32"), value(name = "8bit"))]
+    Q8,
+}
+
+/// Values per block of 8-bit moments, each block with one f32 scale (`train::quantize`).
+pub const QUANT_BLOCK: usize = 256;
+
+impl Moments {
+    /// The bytes of one 8-bit moment's codes for `elements` values: a byte each, padded
+    /// to whole blocks.
+    pub fn code_bytes(elements: usize) -> u64 {
+        (elements.div_ceil(QUANT_BLOCK) * QUANT_BLOCK) as u64
+    }
+
+    /// The bytes of one 8-bit moment's block scales.
+    pub fn scale_bytes(elements: usize) -> u64 {
+        elements.div_ceil(QUANT_BLOCK) as u64 * 4
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Moments::F32 => "f32",
+            Moments::Q8 => "8-bit",
+        }
+    }
+}
+
+impl std::fmt::Display for Moments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl std::fmt::Display for Precision {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())

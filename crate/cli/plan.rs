@@ -8,7 +8,9 @@ use crate::flags::ModelArgs;
 use crate::memory::{Candidate, Plan, plan};
 use crate::train::plan::{effective_precision, input_shape};
 use crate::train::probe::probed_plan;
-use crate::train::{BackendKind, OptimizerConfig, OptimizerKind, Precision, TrainConfig, plan as train_plan};
+use crate::train::{
+    BackendKind, Moments, OptimizerConfig, OptimizerKind, Precision, TrainConfig, plan as train_plan,
+};
 use crate::units::{format_bytes, format_bytes_up, parse_bytes};
 
 #[derive(Args)]
@@ -26,6 +28,9 @@ pub struct PlanArgs {
     /// Only with (true) or without (false) activation checkpointing (default: both).
     #[arg(long)]
     checkpointing: Option<bool>,
+    /// Only Adam's moments kept this way (default: f32 and 8-bit for Adam(W)).
+    #[arg(long, value_enum)]
+    moments: Option<Moments>,
     #[arg(long, value_enum, default_value = "adam")]
     optimizer: OptimizerKind,
     #[arg(long, value_enum, default_value = "wgpu")]
@@ -85,6 +90,11 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
         Some(only) => vec![only],
         None => vec![false, true],
     };
+    request.moments = match (args.moments, args.optimizer) {
+        (Some(only), _) => vec![only],
+        (None, OptimizerKind::Sgd) => vec![Moments::F32],
+        (None, _) => vec![Moments::F32, Moments::Q8],
+    };
     let mut plan = plan(&request, args.cap);
     if args.calibrate {
         calibrate(&mut plan, &config, &source, args.backend)?;
@@ -114,10 +124,11 @@ fn calibrate(
     backend: BackendKind,
 ) -> anyhow::Result<()> {
     let setting = plan.chosen().unwrap_or(&plan.candidates[0]);
-    let (precision, checkpointing) = (setting.precision, setting.checkpointing);
+    let (precision, checkpointing, moments) = (setting.precision, setting.checkpointing, setting.moments);
     let config = TrainConfig {
         precision: Some(precision),
         checkpointing: Some(checkpointing),
+        moments: Some(moments),
         calibrate: true,
         ..config.clone()
     };
@@ -133,7 +144,7 @@ fn calibrate(
     let (probed_setting, mut others): (Vec<Candidate>, Vec<Candidate>) = plan
         .candidates
         .drain(..)
-        .partition(|c| c.precision == precision && c.checkpointing == checkpointing);
+        .partition(|c| c.precision == precision && c.checkpointing == checkpointing && c.moments == moments);
     plan.candidates = probed_setting;
     plan.calibrate(calibration);
     // The other settings keep the census's figure, and are not picked over a measured one.
@@ -150,12 +161,13 @@ fn mib(bytes: u64) -> String {
 
 fn print_table(plan: &Plan) {
     println!(
-        "{:>1} {:>6} {:>5} {:>4} {:>5} {:>3} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>8} {:>4} {:>5}",
+        "{:>1} {:>6} {:>5} {:>4} {:>5} {:>5} {:>3} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>8} {:>4} {:>5}",
         "",
         "micro",
         "accum",
         "prec",
         "ckpt",
+        "mom.",
         "pf",
         "eval",
         "params",
@@ -174,12 +186,13 @@ fn print_table(plan: &Plan) {
     for (i, c) in plan.candidates.iter().enumerate() {
         let b = &c.breakdown;
         println!(
-            "{:>1} {:>6} {:>5} {:>4} {:>5} {:>3} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>8} {:>4} {:>5.2}",
+            "{:>1} {:>6} {:>5} {:>4} {:>5} {:>5} {:>3} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>8} {:>7} {:>7} {:>6} | {:>8} {:>8} {:>4} {:>5.2}",
             if plan.chosen == Some(i) { "*" } else { "" },
             c.micro_batch,
             c.accumulation_steps,
             c.precision,
             if c.checkpointing { "yes" } else { "no" },
+            c.moments.to_string(),
             c.data.prefetch,
             if c.data.pause_training_for_eval {
                 "paused"
@@ -203,11 +216,16 @@ fn print_table(plan: &Plan) {
     match (plan.chosen(), plan.cap) {
         (Some(c), Some(cap)) => println!(
             "* picked (the least expected time per sample, against one f32 pass of the whole batch, that fits): \
-             micro-batch {} x {} accumulated, {}{}, {}: {} of the {} cap, {:.2}x the time",
+             micro-batch {} x {} accumulated, {}{}{}, {}: {} of the {} cap, {:.2}x the time",
             c.micro_batch,
             c.accumulation_steps,
             c.precision,
             if c.checkpointing { ", checkpointing" } else { "" },
+            if c.moments == Moments::Q8 {
+                ", 8-bit moments"
+            } else {
+                ""
+            },
             c.data,
             format_bytes(c.peak() as usize),
             format_bytes(cap as usize),

@@ -18,8 +18,8 @@ use crate::model::generate::SampleSettings;
 use crate::train::config::SampleConfig;
 use crate::train::saved_run;
 use crate::train::{
-    BackendKind, Duration, OptimizerConfig, OptimizerKind, Precision, Progress, TrainConfig, TrainEvent,
-    Trainer,
+    BackendKind, Duration, Moments, OptimizerConfig, OptimizerKind, Precision, Progress, TrainConfig,
+    TrainEvent, Trainer,
 };
 use crate::units::{format_bytes, parse_bytes};
 
@@ -39,6 +39,11 @@ pub struct TrainArgs {
     /// faster setting that fits); f32 without a cap.
     #[arg(long, value_enum)]
     precision: Option<Precision>,
+    /// How Adam(W) keeps its two moments: f32, or 8 bits a value with a scale per block of
+    /// 256 (block-wise dynamic quantisation). Default: under --cap the planner picks (8-bit
+    /// where that is the faster setting that fits); f32 without a cap.
+    #[arg(long, value_enum)]
+    moments: Option<Moments>,
     #[arg(long, value_enum, default_value = "adam")]
     optimizer: OptimizerKind,
     #[arg(long, default_value_t = 1e-3)]
@@ -178,6 +183,7 @@ impl TrainArgs {
                 (false, false) => None,
             },
             precision: self.precision,
+            moments: self.moments,
             cap: self.cap,
             calibrate: !self.no_calibrate,
             eval_every: self.eval_every,
@@ -276,7 +282,7 @@ impl Report {
                         format!(", cap {}", format_bytes(cap as usize))
                     });
                     println!(
-                        "{} with {} parameters on {}: {} steps of {} samples ({} x {}), {}{}{}, predicted peak {}{}",
+                        "{} with {} parameters on {}: {} steps of {} samples ({} x {}), {}{}{}{}, predicted peak {}{}",
                         started.model,
                         started.parameters,
                         started.backend,
@@ -286,6 +292,7 @@ impl Report {
                         started.micro_batch,
                         started.precision,
                         if started.checkpointing { ", activation checkpointing" } else { "" },
+                        if started.moments == Moments::Q8 { ", 8-bit moments" } else { "" },
                         cap,
                         format_bytes(started.predicted_peak as usize),
                         started.calibrated_peak.map_or(String::new(), |peak| format!(

@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::settings::Precision;
+use crate::settings::{Moments, Precision};
 
 /// One probe: the peak device reservation over a few full steps (forward, backward,
 /// optimizer update) at one micro-batch, beside what the census predicted for it.
@@ -43,6 +43,9 @@ pub struct Calibration {
 pub struct ProbedLevers {
     pub precision: Precision,
     pub checkpointing: bool,
+    /// Runs saved before 8-bit moments read f32.
+    #[serde(default)]
+    pub moments: Moments,
 }
 
 impl Calibration {
@@ -51,32 +54,19 @@ impl Calibration {
     }
 
     /// The same, recording the levers the probes ran with.
-    pub fn probed_with(self, precision: Precision, checkpointing: bool) -> Calibration {
+    pub fn probed_with(self, levers: ProbedLevers) -> Calibration {
         Calibration {
-            levers: Some(ProbedLevers {
-                precision,
-                checkpointing,
-            }),
+            levers: Some(levers),
             ..self
         }
     }
 
     /// [`device_bytes`](Self::device_bytes) for a setting with these levers: a probe's
-    /// measurement stands for its own levers only; another precision or checkpointing at
-    /// the same micro-batch gets its census corrected by the probe's excess (mostly the
-    /// allocator's pages, which the other levers keep).
-    pub fn device_bytes_with(
-        &self,
-        micro_batch: usize,
-        census_reserved: u64,
-        precision: Precision,
-        checkpointing: bool,
-    ) -> u64 {
-        let same = ProbedLevers {
-            precision,
-            checkpointing,
-        };
-        match self.levers.is_none_or(|probed| probed == same) {
+    /// measurement stands for its own levers only; another precision, checkpointing or
+    /// moments at the same micro-batch gets its census corrected by the probe's excess
+    /// (mostly the allocator's pages, which the other levers keep).
+    pub fn device_bytes_with(&self, micro_batch: usize, census_reserved: u64, levers: ProbedLevers) -> u64 {
+        match self.levers.is_none_or(|probed| probed == levers) {
             true => self.device_bytes(micro_batch, census_reserved),
             false => census_reserved.saturating_add_signed(self.nearest(micro_batch).excess()),
         }
@@ -147,27 +137,29 @@ mod tests {
     /// figure (measured: the 6x128 GPT at context 512 on lavapipe, f16 40.8 MiB, f32 50.9).
     #[test]
     fn a_probe_measures_its_own_levers_and_corrects_the_others() {
+        let levers = |precision, checkpointing, moments| ProbedLevers {
+            precision,
+            checkpointing,
+            moments,
+        };
+        let half = levers(Precision::F16, false, Moments::F32);
         let probed = Calibration::fit(vec![probe(1, 40, 41)])
             .unwrap()
-            .probed_with(Precision::F16, false);
-        assert_eq!(
-            probed.device_bytes_with(1, 41 * MIB, Precision::F16, false),
-            40 * MIB
-        );
-        assert_eq!(
-            probed.device_bytes_with(1, 55 * MIB, Precision::F32, false),
-            54 * MIB
-        );
-        assert_eq!(
-            probed.device_bytes_with(1, 30 * MIB, Precision::F16, true),
-            29 * MIB
-        );
+            .probed_with(half);
+        assert_eq!(probed.device_bytes_with(1, 41 * MIB, half), 40 * MIB);
+        let full = levers(Precision::F32, false, Moments::F32);
+        assert_eq!(probed.device_bytes_with(1, 55 * MIB, full), 54 * MIB);
+        let recomputed = levers(Precision::F16, true, Moments::F32);
+        assert_eq!(probed.device_bytes_with(1, 30 * MIB, recomputed), 29 * MIB);
+        let eight_bit = levers(Precision::F16, false, Moments::Q8);
+        assert_eq!(probed.device_bytes_with(1, 33 * MIB, eight_bit), 32 * MIB);
         // Unrecorded (a run saved before): as before.
         let unrecorded = Calibration::fit(vec![probe(1, 40, 41)]).unwrap();
-        assert_eq!(
-            unrecorded.device_bytes_with(1, 55 * MIB, Precision::F32, false),
-            40 * MIB
-        );
+        assert_eq!(unrecorded.device_bytes_with(1, 55 * MIB, full), 40 * MIB);
+        // Recorded before 8-bit moments: f32 moments.
+        let saved: ProbedLevers =
+            serde_json::from_str(r#"{"precision":"f16","checkpointing":false}"#).unwrap();
+        assert_eq!(saved, half);
     }
 
     #[test]

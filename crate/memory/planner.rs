@@ -7,7 +7,7 @@ use super::allocator::PoolModel;
 use super::calibration::Calibration;
 use super::enforcer;
 use crate::model::{InputShape, ModelConfig, Segment};
-use crate::settings::{OptimizerKind, Precision};
+use crate::settings::{Moments, OptimizerKind, Precision};
 
 /// What a plan is made for: everything about a run that moves its memory, except the
 /// settings the planner chooses.
@@ -26,6 +26,8 @@ pub struct PlanRequest {
     pub micro_batches: Vec<usize>,
     pub precisions: Vec<Precision>,
     pub checkpointing: Vec<bool>,
+    /// How Adam keeps its moments (f32 alone for SGD).
+    pub moments: Vec<Moments>,
     /// What each lever costs in time on the device: how the pick weighs one setting that
     /// fits against another.
     pub costs: LeverCosts,
@@ -43,6 +45,9 @@ pub struct LeverCosts {
     /// are a fraction of it pays for the rest in fixed costs (launches, syncs, passes over
     /// the weights).
     pub fill_elements: f64,
+    /// 8-bit moments' time per sample against f32 moments': decoding and encoding every
+    /// parameter's moments each step.
+    pub eight_bit: f64,
 }
 
 impl LeverCosts {
@@ -52,6 +57,7 @@ impl LeverCosts {
     pub const GPU: LeverCosts = LeverCosts {
         f16: 0.69,
         fill_elements: 4_194_304.0,
+        eight_bit: 1.03,
     };
     /// A software adapter (lavapipe, SwiftShader) or a CPU backend: f16 ran at 0.93-1.04x
     /// f32's time on lavapipe (MLP 4x1024, CNN 16,32), and two cores are full with a few
@@ -60,6 +66,7 @@ impl LeverCosts {
     pub const CPU: LeverCosts = LeverCosts {
         f16: 1.0,
         fill_elements: 32_768.0,
+        eight_bit: 1.03,
     };
 }
 
@@ -146,6 +153,9 @@ pub struct Candidate {
     pub accumulation_steps: usize,
     pub precision: Precision,
     pub checkpointing: bool,
+    /// Runs saved before 8-bit moments read f32.
+    #[serde(default)]
+    pub moments: Moments,
     pub data: DataSettings,
     pub breakdown: Breakdown,
     /// The census's peak: device reservation plus data pipeline.
@@ -201,8 +211,12 @@ impl Plan {
     pub fn calibrate(&mut self, calibration: Calibration) {
         for c in &mut self.candidates {
             let device = c.breakdown.device();
-            let peak = calibration.device_bytes_with(c.micro_batch, device, c.precision, c.checkpointing)
-                + c.breakdown.data;
+            let levers = super::calibration::ProbedLevers {
+                precision: c.precision,
+                checkpointing: c.checkpointing,
+                moments: c.moments,
+            };
+            let peak = calibration.device_bytes_with(c.micro_batch, device, levers) + c.breakdown.data;
             c.calibrated_peak = Some(peak);
             c.fits = enforcer::within_limit(self.cap, peak);
         }
@@ -216,7 +230,8 @@ impl Plan {
 const TIME_TOLERANCE: f64 = 0.02;
 
 /// The least expected time per sample among those that fit; among times within the
-/// tolerance, f32 and no checkpointing (less rounding, less recompute), the larger
+/// tolerance, f32 storage and moments and no checkpointing (less rounding, less
+/// recompute), the larger
 /// micro-batch, then the deepest prefetch (fewer stalls) and evaluation beside training
 /// (nothing fetched twice). With the precision and checkpointing fixed this is the
 /// largest micro-batch that fits, since a pass's fixed costs only grow with more passes.
@@ -228,6 +243,7 @@ fn choose(candidates: &[Candidate]) -> Option<usize> {
         .max_by_key(|(_, c)| {
             (
                 c.precision == Precision::F32,
+                c.moments == Moments::F32,
                 !c.checkpointing,
                 c.micro_batch,
                 c.data.prefetch,
@@ -242,12 +258,14 @@ fn choose(candidates: &[Candidate]) -> Option<usize> {
 /// effective batch with every activation kept: each pass pays for filling the device
 /// (`LeverCosts::fill_elements`), f16 its measured factor, and checkpointing one more
 /// forward of every segment plus one of each segment whose input it drops, a forward
-/// being about a third of a step (backward is about two).
+/// being about a third of a step (backward is about two), and 8-bit moments their
+/// measured factor.
 pub fn relative_time(
     request: &PlanRequest,
     micro_batch: usize,
     precision: Precision,
     checkpointing: bool,
+    moments: Moments,
 ) -> f64 {
     let census = request.model.census(&request.input);
     let per_sample = census.saved_activations().iter().sum::<usize>().max(1) as f64;
@@ -265,11 +283,23 @@ pub fn relative_time(
             1.0 + (segments + dropped) / segments / 3.0
         }
     };
-    passes * precision * recompute
+    let moments = match moments {
+        Moments::F32 => 1.0,
+        Moments::Q8 => request.costs.eight_bit,
+    };
+    passes * precision * recompute * moments
 }
 
 fn divisors(n: usize) -> Vec<usize> {
     (1..=n).rev().filter(|&d| n.is_multiple_of(d)).collect()
+}
+
+/// Every checkpointing setting with every way of keeping the moments.
+fn lever_pairs(request: &PlanRequest) -> impl Iterator<Item = (&bool, &Moments)> {
+    request
+        .checkpointing
+        .iter()
+        .flat_map(|c| request.moments.iter().map(move |m| (c, m)))
 }
 
 pub fn plan(request: &PlanRequest, cap: Option<u64>) -> Plan {
@@ -281,9 +311,9 @@ pub fn plan(request: &PlanRequest, cap: Option<u64>) -> Plan {
     let mut candidates = Vec::new();
     for &micro_batch in &micro_batches {
         for &precision in &request.precisions {
-            for &checkpointing in &request.checkpointing {
-                let device = predict(request, micro_batch, precision, checkpointing);
-                let relative_time = relative_time(request, micro_batch, precision, checkpointing);
+            for (&checkpointing, &moments) in lever_pairs(request) {
+                let device = predict(request, micro_batch, precision, checkpointing, moments);
+                let relative_time = relative_time(request, micro_batch, precision, checkpointing, moments);
                 for option in &request.data {
                     let breakdown = Breakdown {
                         data: option.bytes,
@@ -295,6 +325,7 @@ pub fn plan(request: &PlanRequest, cap: Option<u64>) -> Plan {
                         accumulation_steps: request.effective_batch.div_ceil(micro_batch),
                         precision,
                         checkpointing,
+                        moments,
                         data: option.settings,
                         breakdown,
                         predicted_peak,
@@ -322,6 +353,7 @@ pub fn predict(
     micro_batch: usize,
     precision: Precision,
     checkpointing: bool,
+    moments: Moments,
 ) -> Breakdown {
     let census = request.model.census(&request.input);
     let store = precision.bytes() as u64;
@@ -362,12 +394,17 @@ pub fn predict(
         OptimizerKind::Adam | OptimizerKind::AdamW => 2,
         OptimizerKind::Sgd => u64::from(request.momentum),
     };
+    let eight_bit = moments == Moments::Q8 && request.optimizer != OptimizerKind::Sgd;
     let optimizer_state: u64 = (0..state_tensors)
         .map(|_| {
             census
                 .parameters
                 .iter()
-                .map(|&p| add(&mut live, p as u64 * 4))
+                .map(|&p| match eight_bit {
+                    // The codes and the block scales are two tensors.
+                    true => add(&mut live, Moments::code_bytes(p)) + add(&mut live, Moments::scale_bytes(p)),
+                    false => add(&mut live, p as u64 * 4),
+                })
                 .sum::<u64>()
         })
         .sum();
@@ -398,7 +435,13 @@ pub fn predict(
         .max(backward_width) as u64;
     let largest_parameter = census.parameters.iter().copied().max().unwrap_or(0) as u64;
     let backward = (census.backward_transients * (micro * widest * store) as f64) as u64;
-    let workspace = add(&mut live, backward) + add(&mut live, largest_parameter * 4 / 2);
+    // 8-bit moments are decoded for one parameter's update at a time: its two f32
+    // moments, their successors, and the encoder's codes and gathers.
+    let mut workspace = add(&mut live, backward) + add(&mut live, largest_parameter * 4 / 2);
+    if eight_bit {
+        let padded = Moments::code_bytes(largest_parameter as usize);
+        workspace += add(&mut live, padded * 4 * EIGHT_BIT_UPDATE_COPIES);
+    }
 
     let mut breakdown = Breakdown {
         parameters,
@@ -418,6 +461,11 @@ pub fn predict(
     breakdown.allocator_overhead = request.pool.reserved(&live).saturating_sub(breakdown.tensors()) + slack;
     breakdown
 }
+
+/// The f32 copies of the largest parameter's moments an 8-bit update holds at once: the
+/// two decoded moments, the two updated ones, and the encoder's normalised values, codes
+/// and gathered midpoints (an estimate: calibration measures the rest).
+const EIGHT_BIT_UPDATE_COPIES: u64 = 7;
 
 /// Which segment inputs checkpointing recomputes rather than keeps: bit `i` set means
 /// segment `i`'s input is not kept from the forward pass but computed again, for its turn
@@ -511,6 +559,7 @@ mod tests {
             micro_batches: vec![],
             precisions: vec![Precision::F32, Precision::F16],
             checkpointing: vec![false, true],
+            moments: vec![Moments::F32],
             costs: LeverCosts::CPU,
         }
     }
@@ -518,14 +567,50 @@ mod tests {
     #[test]
     fn each_lever_lowers_the_predicted_tensors() {
         let r = request(PoolModel::Host);
-        let base = predict(&r, 256, Precision::F32, false);
-        assert!(predict(&r, 64, Precision::F32, false).activations < base.activations);
-        assert!(predict(&r, 256, Precision::F32, true).activations < base.activations);
-        let half = predict(&r, 256, Precision::F16, false);
+        let base = predict(&r, 256, Precision::F32, false, Moments::F32);
+        assert!(predict(&r, 64, Precision::F32, false, Moments::F32).activations < base.activations);
+        assert!(predict(&r, 256, Precision::F32, true, Moments::F32).activations < base.activations);
+        let half = predict(&r, 256, Precision::F16, false, Moments::F32);
         assert!(half.activations < base.activations);
         assert!(half.parameters * 2 == base.parameters && half.master_weights == base.parameters);
         // Adam keeps two f32 moments per parameter.
         assert_eq!(base.optimizer_state, 2 * base.parameters);
+    }
+
+    /// nanoGPT's Shakespeare-char GPT (issue 44): parameters, gradients and Adam's two f32
+    /// moments are 16 bytes a parameter; with 8-bit moments at most 0.65x of that.
+    #[test]
+    fn eight_bit_moments_hold_a_byte_a_value_and_a_scale_a_block() {
+        let r = PlanRequest {
+            model: ModelConfig::Gpt(crate::model::GptShape {
+                layers: 6,
+                heads: 6,
+                width: 384,
+                context: 256,
+            }),
+            input: InputShape {
+                height: 1,
+                width: 1,
+                classes: 65,
+                kind: crate::model::InputKind::Tokens,
+            },
+            effective_batch: 1,
+            ..request(PoolModel::Host)
+        };
+        let fixed = |b: Breakdown| b.parameters + b.master_weights + b.gradients + b.optimizer_state;
+        let full = predict(&r, 1, Precision::F32, false, Moments::F32);
+        let eight = predict(&r, 1, Precision::F32, false, Moments::Q8);
+        assert_eq!(fixed(full), 4 * full.parameters);
+        let ratio = fixed(eight) as f64 / fixed(full) as f64;
+        assert!((0.62..=0.65).contains(&ratio), "{ratio}");
+        // A byte a value padded to whole blocks, and a 4-byte scale a block: a little over
+        // a quarter of f32's.
+        let quarter = eight.optimizer_state as f64 / full.optimizer_state as f64;
+        assert!((0.25..0.26).contains(&quarter), "{quarter}");
+        assert!(
+            eight.workspace > full.workspace,
+            "the update decodes a parameter's moments"
+        );
     }
 
     /// With the precision and checkpointing fixed (by hand, or by no cap), the micro-batch is
@@ -543,7 +628,7 @@ mod tests {
             (top.micro_batch, top.precision, top.checkpointing),
             (256, Precision::F32, false)
         );
-        let peak = predict(&r, 64, Precision::F32, false).total() + r.least_data_bytes();
+        let peak = predict(&r, 64, Precision::F32, false, Moments::F32).total() + r.least_data_bytes();
         let cap = (peak as f64 / HEADROOM) as u64 + 1;
         let capped = plan(&r, Some(cap));
         let pick = capped.chosen().unwrap();
@@ -582,7 +667,7 @@ mod tests {
             setting(plan(&r, None).chosen().unwrap()),
             (256, Precision::F32, false)
         );
-        let plain = predict(&r, 256, Precision::F32, false).total() + r.least_data_bytes();
+        let plain = predict(&r, 256, Precision::F32, false, Moments::F32).total() + r.least_data_bytes();
         let capped = plan(&r, Some(enforcer::cap_for(plain) - 1));
         let pick = capped.chosen().unwrap();
         assert_ne!(

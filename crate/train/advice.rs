@@ -2,7 +2,7 @@
 //! with each lever the run does not use yet, and the refusal names the smallest cap that
 //! fits as the run stands and the levers that would make the asked cap fit.
 
-use super::config::{Precision, TrainConfig};
+use super::config::{Moments, OptimizerKind, Precision, TrainConfig};
 use super::error::{Lever, LeverNeed, Refusal, RefusedSetting, TrainError};
 use super::plan::{RunPlan, data_options};
 use crate::memory::enforcer;
@@ -85,6 +85,14 @@ fn levers_tried(run_plan: &RunPlan, config: &TrainConfig) -> Vec<LeverNeed> {
         tried.push(tried_with(Lever::Checkpointing, run_plan, &changed));
         all.checkpointing = vec![true];
     }
+    if !request.moments.contains(&Moments::Q8) && request.optimizer != OptimizerKind::Sgd {
+        let changed = PlanRequest {
+            moments: vec![Moments::Q8],
+            ..request.clone()
+        };
+        tried.push(tried_with(Lever::EightBitMoments, run_plan, &changed));
+        all.moments = vec![Moments::Q8];
+    }
     if tried.len() > 1 {
         tried.push(tried_with(Lever::AllOfThese, run_plan, &all));
     }
@@ -124,26 +132,27 @@ pub fn refusal(run_plan: &RunPlan, config: &TrainConfig) -> TrainError {
 pub fn pick_reason(run_plan: &RunPlan) -> Option<String> {
     let chosen = run_plan.plan.chosen().filter(|_| run_plan.picks_levers())?;
     let fitting = run_plan.plan.candidates.iter().filter(|c| c.fits).count();
-    let levers = match (chosen.precision, chosen.checkpointing) {
-        (Precision::F16, true) => "f16 storage and checkpointing",
-        (Precision::F16, false) => "f16 storage",
-        (Precision::F32, true) => "checkpointing",
-        (Precision::F32, false) => "no precision or checkpointing lever",
+    let picked: Vec<&str> = [
+        (chosen.precision == Precision::F16, "f16 storage"),
+        (chosen.checkpointing, "checkpointing"),
+        (chosen.moments == Moments::Q8, "8-bit moments"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    let levers = match picked.as_slice() {
+        [] => "no precision, checkpointing or moments lever".to_string(),
+        [one] => one.to_string(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
     };
     let plain = run_plan
         .plan
         .candidates
         .iter()
-        .filter(|c| c.precision == Precision::F32 && !c.checkpointing);
+        .filter(|c| c.precision == Precision::F32 && !c.checkpointing && c.moments == Moments::F32);
     let without = match plain.clone().filter(|c| c.fits).max_by_key(|c| c.micro_batch) {
         // The pick is this setting itself: nothing to set it against.
-        Some(c)
-            if c.micro_batch == chosen.micro_batch
-                && c.precision == chosen.precision
-                && c.checkpointing == chosen.checkpointing =>
-        {
-            String::new()
-        }
+        Some(c) if c.micro_batch == chosen.micro_batch && picked.is_empty() => String::new(),
         Some(c) => format!(
             "; without levers it fits at micro-batch {} ({:.2}x)",
             c.micro_batch, c.relative_time
@@ -169,42 +178,54 @@ pub struct LeverPeak {
     pub micro_batch: usize,
     pub precision: Precision,
     pub checkpointing: bool,
+    pub moments: Moments,
     /// The census's device reservation.
     pub device_bytes: u64,
 }
 
 /// What each memory lever would hold for this run, by the census: none (the whole batch
 /// in one f32 pass, everything kept), accumulation over four micro-batches, f16 storage
-/// (where the device has it), checkpointing, and all of them: what the page shows so a
-/// user sees what each lever saves before choosing.
+/// (where the device has it), checkpointing, 8-bit moments (Adam's), and all of them:
+/// what the page shows so a user sees what each lever saves before choosing.
 pub fn lever_peaks(run_plan: &RunPlan) -> Vec<LeverPeak> {
     let request = &run_plan.request;
     let whole = request.effective_batch;
     let quarter = if whole.is_multiple_of(4) { whole / 4 } else { whole };
+    let (f32, no) = (Precision::F32, Moments::F32);
     let mut settings = vec![
-        ("none", whole, Precision::F32, false),
-        ("accumulation 4x", quarter, Precision::F32, false),
+        ("none", whole, f32, false, no),
+        ("accumulation 4x", quarter, f32, false, no),
     ];
     let f16_available = run_plan.levers.f16_available;
     if f16_available {
-        settings.push(("f16", whole, Precision::F16, false));
+        settings.push(("f16", whole, Precision::F16, false, no));
     }
-    settings.push(("checkpointing", whole, Precision::F32, true));
-    let all_precision = if f16_available {
-        Precision::F16
-    } else {
-        Precision::F32
-    };
-    settings.push(("all of them", quarter, all_precision, true));
+    settings.push(("checkpointing", whole, f32, true, no));
+    let adam = request.optimizer != OptimizerKind::Sgd;
+    if adam {
+        settings.push(("8-bit moments", whole, f32, false, Moments::Q8));
+    }
+    let all_precision = if f16_available { Precision::F16 } else { f32 };
+    let all_moments = if adam { Moments::Q8 } else { no };
+    settings.push(("all of them", quarter, all_precision, true, all_moments));
     settings
         .into_iter()
-        .map(|(lever, micro_batch, precision, checkpointing)| LeverPeak {
-            lever,
-            micro_batch,
-            precision,
-            checkpointing,
-            device_bytes: crate::memory::planner::predict(request, micro_batch, precision, checkpointing)
+        .map(
+            |(lever, micro_batch, precision, checkpointing, moments)| LeverPeak {
+                lever,
+                micro_batch,
+                precision,
+                checkpointing,
+                moments,
+                device_bytes: crate::memory::planner::predict(
+                    request,
+                    micro_batch,
+                    precision,
+                    checkpointing,
+                    moments,
+                )
                 .device(),
-        })
+            },
+        )
         .collect()
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::data::StreamOptions;
 use crate::model::generate::SampleSettings;
 use crate::model::{InputShape, ModelConfig};
-pub use crate::settings::{OptimizerKind, Precision};
+pub use crate::settings::{Moments, OptimizerKind, Precision};
 
 #[cfg_attr(all(test, not(target_arch = "wasm32")), derive(tsify::Tsify))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -79,6 +79,10 @@ pub struct TrainConfig {
     /// `None` (auto): under a cap the planner picks f16 where the device has it and it
     /// is the faster setting that fits; without a cap, f32.
     pub precision: Option<Precision>,
+    /// How Adam(W) keeps its two moments: f32, or 8 bits a value (block-wise dynamic
+    /// quantisation, `train::quantize`). `None` (auto): under a cap the planner may pick
+    /// 8 bits where f32 does not fit; without a cap, f32. SGD keeps f32.
+    pub moments: Option<Moments>,
     /// Hard cap on the bytes the run holds (device reservation plus data pipeline);
     /// the enforcer halves the micro-batch when a step would pass it.
     pub cap: Option<u64>,
@@ -131,6 +135,7 @@ impl Default for TrainConfig {
             duration: Duration::Epochs(1),
             checkpointing: None,
             precision: None,
+            moments: None,
             cap: None,
             calibrate: true,
             eval_every: 0,
@@ -162,6 +167,17 @@ impl TrainConfig {
             (Some(fixed), _) => vec![fixed],
             (None, Some(_)) => vec![false, true],
             (None, None) => vec![false],
+        }
+    }
+
+    /// Adam's moments as fixed, or (auto, under a cap, for Adam and AdamW) f32 and 8 bits
+    /// for the planner to weigh.
+    pub fn moments_choices(&self) -> Vec<Moments> {
+        let adam = self.optimizer.kind != OptimizerKind::Sgd;
+        match (self.moments, self.cap) {
+            (Some(fixed), _) => vec![fixed],
+            (None, Some(_)) if adam => vec![Moments::F32, Moments::Q8],
+            (None, _) => vec![Moments::F32],
         }
     }
 
@@ -240,6 +256,9 @@ impl TrainConfig {
         if o.clip_norm.is_some_and(|c| c.is_nan() || c <= 0.0) {
             return Err("gradient clipping norm must be positive".into());
         }
+        if o.kind == OptimizerKind::Sgd && self.moments == Some(Moments::Q8) {
+            return Err("8-bit moments are Adam's and AdamW's; SGD keeps its velocity in f32".into());
+        }
         Ok(())
     }
 }
@@ -281,6 +300,7 @@ mod tests {
         let uncapped = TrainConfig::default();
         assert_eq!(uncapped.precision_choices(true), vec![Precision::F32]);
         assert_eq!(uncapped.checkpointing_choices(), vec![false]);
+        assert_eq!(uncapped.moments_choices(), vec![Moments::F32]);
         let capped = TrainConfig {
             cap: Some(1 << 28),
             ..TrainConfig::default()
@@ -291,13 +311,35 @@ mod tests {
         );
         assert_eq!(capped.precision_choices(false), vec![Precision::F32]);
         assert_eq!(capped.checkpointing_choices(), vec![false, true]);
+        assert_eq!(capped.moments_choices(), vec![Moments::F32, Moments::Q8]);
+        let sgd = TrainConfig {
+            optimizer: OptimizerConfig {
+                kind: OptimizerKind::Sgd,
+                ..OptimizerConfig::default()
+            },
+            ..capped.clone()
+        };
+        assert_eq!(sgd.moments_choices(), vec![Moments::F32]);
+        let eight_bit_sgd = TrainConfig {
+            moments: Some(Moments::Q8),
+            ..sgd
+        };
+        let input = crate::model::InputShape {
+            height: 28,
+            width: 28,
+            classes: 10,
+            kind: crate::model::InputKind::Images,
+        };
+        assert!(eight_bit_sgd.validate(&input).unwrap_err().contains("SGD"));
         let fixed = TrainConfig {
             precision: Some(Precision::F32),
             checkpointing: Some(false),
+            moments: Some(Moments::Q8),
             ..capped.clone()
         };
         assert_eq!(fixed.precision_choices(true), vec![Precision::F32]);
         assert_eq!(fixed.checkpointing_choices(), vec![false]);
+        assert_eq!(fixed.moments_choices(), vec![Moments::Q8]);
         let on = TrainConfig {
             precision: Some(Precision::F16),
             checkpointing: Some(true),
@@ -307,8 +349,14 @@ mod tests {
         assert_eq!(on.precision_choices(true), vec![Precision::F16]);
         assert_eq!(on.checkpointing_choices(), vec![true]);
         // The page's "auto" is null.
-        let auto: TrainConfig = serde_json::from_str(r#"{"precision":null,"checkpointing":null}"#).unwrap();
-        assert_eq!((auto.precision, auto.checkpointing), (None, None));
+        let auto: TrainConfig =
+            serde_json::from_str(r#"{"precision":null,"checkpointing":null,"moments":null}"#).unwrap();
+        assert_eq!(
+            (auto.precision, auto.checkpointing, auto.moments),
+            (None, None, None)
+        );
+        let eight: TrainConfig = serde_json::from_str(r#"{"moments":"8bit"}"#).unwrap();
+        assert_eq!(eight.moments, Some(Moments::Q8));
     }
 
     /// The config type the page and the comparison worker build (web/page/types/train-config.d.ts)
@@ -340,6 +388,7 @@ export interface StdDuration {
             OptimizerConfig::DECL,
             OptimizerKind::DECL,
             Precision::DECL,
+            Moments::DECL,
             Duration::DECL,
             StreamOptions::DECL,
             RetryPolicy::DECL,

@@ -95,6 +95,7 @@ pub enum Lever {
     },
     F16Storage,
     Checkpointing,
+    EightBitMoments,
     /// Every other lever of the list at once.
     AllOfThese,
 }
@@ -110,6 +111,7 @@ impl std::fmt::Display for Lever {
             }
             Lever::F16Storage => f.write_str("f16 storage"),
             Lever::Checkpointing => f.write_str("checkpointing"),
+            Lever::EightBitMoments => f.write_str("8-bit moments"),
             Lever::AllOfThese => f.write_str("all of these"),
         }
     }

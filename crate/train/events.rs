@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::config::Precision;
+use super::config::{Moments, Precision};
 use crate::data::Split;
 use crate::memory::{Breakdown, Calibration, DataSettings, Enforcement, MemorySample, PhaseSample};
 
@@ -19,6 +19,8 @@ pub struct RunStarted {
     pub checkpointing: bool,
     /// The precision the run uses, which may differ from the one asked for.
     pub precision: Precision,
+    /// How Adam keeps its moments.
+    pub moments: Moments,
     /// Why the asked-for precision was not used.
     pub precision_note: Option<String>,
     /// Why the planner picked the precision, checkpointing and micro-batch it did, where

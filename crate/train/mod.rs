@@ -9,6 +9,7 @@ pub mod optimizer;
 pub mod plan;
 pub mod precision;
 pub mod probe;
+pub mod quantize;
 pub mod recompute;
 pub mod run;
 pub mod saved_run;
@@ -18,7 +19,7 @@ pub mod tensors;
 pub mod trainer;
 
 pub use crate::ops::backend::BackendKind;
-pub use config::{Duration, OptimizerConfig, OptimizerKind, Precision, TrainConfig};
+pub use config::{Duration, Moments, OptimizerConfig, OptimizerKind, Precision, TrainConfig};
 pub use error::TrainError;
 pub use events::TrainEvent;
 pub use run::Progress;

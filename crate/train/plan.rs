@@ -2,9 +2,10 @@
 
 use burn::prelude::Device;
 
-use super::config::{OptimizerKind, Precision, TrainConfig};
+use super::config::{Moments, OptimizerKind, Precision, TrainConfig};
 use super::error::TrainError;
 use crate::data::{ChunkFootprint, DataSource, Manifest, Split};
+use crate::memory::calibration::ProbedLevers;
 use crate::memory::planner::predict;
 use crate::memory::{Candidate, DataOption, DataSettings, LeverCosts, Plan, PlanRequest, PoolModel};
 use crate::model::{InputKind, InputShape};
@@ -89,25 +90,45 @@ pub struct RunPlan {
 impl RunPlan {
     /// The census's device reservation for a probe step of `micro_batch`, accumulating two
     /// micro-batches or not, as the probe ran, with the probed levers.
-    pub fn probe_census(&self, micro_batch: usize, accumulating: bool, levers: (Precision, bool)) -> u64 {
+    pub fn probe_census(&self, micro_batch: usize, accumulating: bool, levers: ProbedLevers) -> u64 {
         let probe = PlanRequest {
             effective_batch: micro_batch * if accumulating { 2 } else { 1 },
             ..self.request.clone()
         };
-        predict(&probe, micro_batch, levers.0, levers.1).device()
+        predict(
+            &probe,
+            micro_batch,
+            levers.precision,
+            levers.checkpointing,
+            levers.moments,
+        )
+        .device()
     }
 
-    /// The precision and checkpointing the probes run with: the census's pick's, or where
-    /// none fits the setting that fits under the smallest cap.
-    pub fn probed_levers(&self) -> (Precision, bool) {
+    /// The precision, checkpointing and moments the probes run with: the census's pick's,
+    /// or where none fits the setting that fits under the smallest cap.
+    pub fn probed_levers(&self) -> ProbedLevers {
         let setting: Option<&Candidate> = self.plan.chosen().or_else(|| self.plan.smallest_fitting());
-        setting.map_or((Precision::F32, false), |c| (c.precision, c.checkpointing))
+        setting.map_or(
+            ProbedLevers {
+                precision: Precision::F32,
+                checkpointing: false,
+                moments: Moments::F32,
+            },
+            |c| ProbedLevers {
+                precision: c.precision,
+                checkpointing: c.checkpointing,
+                moments: c.moments,
+            },
+        )
     }
 
-    /// Whether the planner chose a lever the run did not fix: the precision or
-    /// checkpointing left to it under a cap.
+    /// Whether the planner chose a lever the run did not fix: the precision,
+    /// checkpointing or moments left to it under a cap.
     pub fn picks_levers(&self) -> bool {
-        self.request.precisions.len() > 1 || self.request.checkpointing.len() > 1
+        self.request.precisions.len() > 1
+            || self.request.checkpointing.len() > 1
+            || self.request.moments.len() > 1
     }
 }
 
@@ -263,6 +284,7 @@ pub fn request(
         micro_batches: micro_batch_choices(config),
         precisions: config.precision_choices(true),
         checkpointing: config.checkpointing_choices(),
+        moments: config.moments_choices(),
         costs: lever_costs(backend),
     }
 }

@@ -9,13 +9,13 @@
 
 use burn::prelude::*;
 
-use super::config::{Precision, TrainConfig};
+use super::config::TrainConfig;
 use super::error::TrainError;
 use super::optimizer;
 use super::plan::{self, RunPlan};
 use super::step::{MicroSteps, accumulate_gradients};
 use crate::data::{Batch, DataSource, MemoryGauge};
-use crate::memory::calibration::probe_ladder;
+use crate::memory::calibration::{ProbedLevers, probe_ladder};
 use crate::memory::{Calibration, MemoryTracker, Probe, recomputed_inputs};
 use crate::model::Model;
 
@@ -35,8 +35,9 @@ struct ProbeSetting<'a> {
     /// The top of the ladder: the census's pick, or the largest micro-batch allowed where
     /// the census fits none.
     target_micro_batch: usize,
-    /// The precision and checkpointing every rung runs with (`RunPlan::probed_levers`).
-    levers: (Precision, bool),
+    /// The precision, checkpointing and moments every rung runs with
+    /// (`RunPlan::probed_levers`).
+    levers: ProbedLevers,
 }
 
 impl ProbeSetting<'_> {
@@ -140,10 +141,7 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
         }
     }
     device.memory_cleanup();
-    (
-        model,
-        Calibration::fit(probes).map(|c| c.probed_with(levers.0, levers.1)),
-    )
+    (model, Calibration::fit(probes).map(|c| c.probed_with(levers)))
 }
 
 /// The peak reservation over `step_count` steps at `micro_batch`: two micro-batches a step
@@ -169,16 +167,16 @@ fn probe(
         features: vec![0; samples * sample_bytes],
         sample_bytes,
     };
-    let (precision, recompute) = setting.levers;
+    let levers = setting.levers;
     let steps = MicroSteps {
         micro_batch,
-        precision,
+        precision: levers.precision,
         loss_scale: 1.0,
-        recompute,
+        recompute: levers.checkpointing,
         recomputed_inputs: recomputed_inputs(&setting.config.model.census(input).segments),
     };
     let mut tracker = MemoryTracker::new(device.clone(), MemoryGauge::default());
-    let mut optimizer = optimizer::Optimizer::new(&setting.config.optimizer);
+    let mut optimizer = optimizer::Optimizer::new(&setting.config.optimizer, levers.moments);
     for _ in 0..step_count {
         // Only the last step counts: an earlier one still resizes the pools the rung below
         // left, which the run, starting from this rung's pools, does not.

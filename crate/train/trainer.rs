@@ -116,10 +116,11 @@ impl Trainer {
         // with them, whatever a later plan would pick.
         config.precision = Some(chosen.precision);
         config.checkpointing = Some(chosen.checkpointing);
+        config.moments = Some(chosen.moments);
         let calibration = run_plan.plan.calibration.clone();
         Ok(Trainer {
             enforcer: config.cap.map(Enforcer::new),
-            optimizer: Optimizer::new(&config.optimizer),
+            optimizer: Optimizer::new(&config.optimizer, chosen.moments),
             tracker: MemoryTracker::new(device.clone(), source.gauge().clone()),
             config,
             input,
@@ -424,6 +425,7 @@ impl Trainer {
             accumulation_steps: self.config.effective_batch / self.micro_batch,
             checkpointing: self.checkpointing(),
             precision: self.precision,
+            moments: self.config.moments.unwrap_or_default(),
             precision_note: self.precision_note.clone(),
             levers_reason: self.levers_reason.clone(),
             cap: self.config.cap,

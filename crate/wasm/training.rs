@@ -107,7 +107,7 @@ pub fn plan_run(url: String, config: JsValue, backend: String) -> js_sys::Promis
                 Err(TrainError::CapTooSmall(refusal)) => Some(refusal.as_ref()),
                 _ => None,
             },
-            precision: run_plan.probed_levers().0,
+            precision: run_plan.probed_levers().precision,
             precision_note: &run_plan.precision_note,
             levers_reason: advice::pick_reason(&run_plan),
             levers: advice::lever_peaks(&run_plan),

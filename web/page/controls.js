@@ -6,6 +6,7 @@ import { fromMiB } from "./format.js";
 /** @typedef {import("./types/train-config").TrainConfig} TrainConfig */
 /** @typedef {import("./types/train-config").ModelConfig} ModelConfig */
 /** @typedef {import("./types/train-config").Precision} Precision */
+/** @typedef {import("./types/train-config").Moments} Moments */
 
 /** The form's fields: inputs and selects, read by value. */
 const $ = (/** @type {string} */ id) => /** @type {HTMLInputElement} */ (document.getElementById(id));
@@ -93,6 +94,8 @@ export function readRun() {
     checkpointing: $("checkpointing").value === "auto" ? null : $("checkpointing").value === "on",
     // The select offers auto (null) and Precision's values.
     precision: $("precision").value === "auto" ? null : /** @type {Precision} */ ($("precision").value),
+    // The select offers auto (null) and Moments' values.
+    moments: $("moments").value === "auto" ? null : /** @type {Moments} */ ($("moments").value),
     cap: capMiB === null ? null : fromMiB(capMiB),
     eval_every: 100,
     // Text: the first windows of the test split, a quick and repeatable perplexity (the

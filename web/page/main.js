@@ -136,7 +136,7 @@ function showPlan(preview) {
   delete plan.dataset.capBytes;
   const cap = preview.plan.cap;
   const data = describeData(chosen.data);
-  const setting = `micro-batch ${chosen.micro_batch} × ${chosen.accumulation_steps} accumulation step(s), ${chosen.precision}${chosen.checkpointing ? ", checkpointing" : ""}, ${data}`;
+  const setting = `micro-batch ${chosen.micro_batch} × ${chosen.accumulation_steps} accumulation step(s), ${chosen.precision}${chosen.checkpointing ? ", checkpointing" : ""}${chosen.moments === "8bit" ? ", 8-bit moments" : ""}, ${data}`;
   const peak = `predicted peak ${formatBytes(chosen.predicted_peak)} (device ${formatBytes(chosen.predicted_peak - chosen.breakdown.data)}, data ${formatBytes(chosen.breakdown.data)})`;
   const against = cap ? ` of the ${formatBytes(cap)} cap` : " (no cap)";
   const note = preview.precision_note ? ` Note: ${preview.precision_note}.` : "";
@@ -165,6 +165,8 @@ function leverName(lever) {
       return `chunks of ${lever.chunk_samples} samples, made by headroom prepare --chunk-samples ${lever.chunk_samples}`;
     case "f16-storage":
       return "f16 storage";
+    case "eight-bit-moments":
+      return "8-bit moments";
     case "all-of-these":
       return "all of these";
     default:
@@ -191,7 +193,7 @@ function describeRefusal(refusal) {
 function showLevers(levers) {
   const none = levers.find((l) => l.lever === "none")?.device_bytes;
   fillTable($("levers"), levers.map((l) => [
-    `${l.lever} (micro-batch ${l.micro_batch}, ${l.precision}${l.checkpointing ? ", checkpointing" : ""})`,
+    `${l.lever} (micro-batch ${l.micro_batch}, ${l.precision}${l.checkpointing ? ", checkpointing" : ""}${l.moments === "8bit" ? ", 8-bit moments" : ""})`,
     `${formatBytes(l.device_bytes)}${none ? ` · ${(l.device_bytes / none).toFixed(2)}×` : ""}`,
   ]));
   $("levers").hidden = levers.length === 0;

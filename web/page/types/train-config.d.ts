@@ -41,6 +41,12 @@ export interface TrainConfig {
      */
     precision?: Precision | null;
     /**
+     * How Adam(W) keeps its two moments: f32, or 8 bits a value (block-wise dynamic
+     * quantisation, `train::quantize`). `None` (auto): under a cap the planner may pick
+     * 8 bits where f32 does not fit; without a cap, f32. SGD keeps f32.
+     */
+    moments?: Moments | null;
+    /**
      * Hard cap on the bytes the run holds (device reservation plus data pipeline);
      * the enforcer halves the micro-batch when a step would pass it.
      */
@@ -124,6 +130,11 @@ export type OptimizerKind = "adam" | "adamw" | "sgd";
  * How parameters and activations are stored.
  */
 export type Precision = "f32" | "f16";
+
+/**
+ * How Adam's two moments are kept between steps.
+ */
+export type Moments = "f32" | "8bit";
 
 /**
  * How long to train: whole epochs, or a number of optimizer steps.

@@ -4,6 +4,10 @@
 //! reach and reads it back only synchronously, which a browser's GPU forbids; here it can be
 //! read asynchronously into a checkpoint and put back (see [`Optimizer::to_bytes`]). Tested
 //! bit for bit against `ModuleOptimizer` on flex.
+//!
+//! With 8-bit moments (`Moments::Q8`) Adam's state stays quantised between steps
+//! (`train::quantize`): each parameter's moments are decoded for its own update only, so
+//! at most one parameter's f32 moments are alive at once.
 
 use std::collections::HashMap;
 
@@ -16,7 +20,10 @@ use burn::optim::{
 };
 use burn::prelude::*;
 
-use super::config::{OptimizerConfig, OptimizerKind};
+use super::config::{Moments, OptimizerConfig, OptimizerKind};
+use super::quantize::{self, Codebook, Quantized};
+
+mod bytes;
 use crate::model::Model;
 
 /// burn's SGD momentum dampening (`MomentumConfig`'s default), kept so the rule is burn's.
@@ -37,18 +44,50 @@ enum Rule {
 #[derive(Clone)]
 struct ParamState {
     time: usize,
-    tensors: Vec<Tensor<1>>,
+    stored: Stored,
 }
+
+#[derive(Clone)]
+enum Stored {
+    Full(Vec<Tensor<1>>),
+    /// Adam's first and second moments in 8 bits.
+    Eight(Box<[Quantized; 2]>),
+}
+
+impl Stored {
+    fn count(&self) -> usize {
+        match self {
+            Stored::Full(tensors) => tensors.len(),
+            Stored::Eight(_) => 2,
+        }
+    }
+
+    fn elements(&self) -> Option<usize> {
+        match self {
+            Stored::Full(tensors) => tensors.first().map(|t| t.shape().num_elements()),
+            Stored::Eight(moments) => Some(moments[0].elements),
+        }
+    }
+}
+
+/// The signed map for the first moment, the unsigned one for the second, on the device
+/// the parameters live on.
+#[derive(Clone)]
+struct Codebooks([Codebook; 2]);
 
 #[derive(Clone)]
 pub struct Optimizer {
     rule: Rule,
     clipping: Option<GradientClipping>,
     states: HashMap<ParamId, ParamState>,
+    moments: Moments,
+    codebooks: Option<Codebooks>,
 }
 
 impl Optimizer {
-    pub fn new(config: &OptimizerConfig) -> Self {
+    /// `moments` is how Adam(W) keeps its moments; SGD's velocity is always f32
+    /// (`TrainConfig::validate` refuses 8-bit moments with SGD).
+    pub fn new(config: &OptimizerConfig, moments: Moments) -> Self {
         let decay = (config.weight_decay > 0.0).then(|| WeightDecayConfig::new(config.weight_decay as f32));
         let rule = match config.kind {
             OptimizerKind::Adam => Rule::Adam(
@@ -76,7 +115,20 @@ impl Optimizer {
                 .clip_norm
                 .map(|norm| GradientClippingConfig::Norm(norm).init()),
             states: HashMap::new(),
+            moments,
+            codebooks: None,
         }
+    }
+
+    /// The codebooks on `device`, made on the first update.
+    fn codebooks(&mut self, device: &Device) -> Option<Codebooks> {
+        if self.moments == Moments::F32 {
+            return None;
+        }
+        let codebooks = self
+            .codebooks
+            .get_or_insert_with(|| Codebooks([Codebook::new(true, device), Codebook::new(false, device)]));
+        Some(codebooks.clone())
     }
 
     /// `model` with every parameter that has a gradient in `grads` updated.
@@ -103,17 +155,25 @@ impl Optimizer {
         let shape = tensor.shape();
         let elements = shape.num_elements();
         let previous = self.states.remove(&id);
+        let codebooks = self.codebooks(&tensor.device());
+        let codebooks = codebooks.as_ref();
         let unflatten = |t: Tensor<1>| t.reshape(shape.clone());
         let (updated, state) = match &self.rule {
             Rule::Adam(rule) => {
-                let state = previous.map(|s| AdamState::new(moments(s, unflatten)));
+                let state = previous.map(|s| AdamState::new(moments(s, unflatten, codebooks)));
                 let (updated, state) = rule.step(learning_rate, tensor, grad, state);
-                (updated, state.map(|s| flatten_moments(s.momentum, elements)))
+                (
+                    updated,
+                    state.map(|s| store_moments(s.momentum, elements, codebooks)),
+                )
             }
             Rule::AdamW(rule) => {
-                let state = previous.map(|s| AdamWState::new(moments(s, unflatten)));
+                let state = previous.map(|s| AdamWState::new(moments(s, unflatten, codebooks)));
                 let (updated, state) = rule.step(learning_rate, tensor, grad, state);
-                (updated, state.map(|s| flatten_moments(s.momentum, elements)))
+                (
+                    updated,
+                    state.map(|s| store_moments(s.momentum, elements, codebooks)),
+                )
             }
             Rule::Sgd {
                 momentum,
@@ -135,24 +195,51 @@ impl Optimizer {
     }
 }
 
+/// Adam's moments as f32 tensors of the parameter's shape, decoded where stored in 8 bits.
 fn moments<const D: usize>(
     state: ParamState,
     unflatten: impl Fn(Tensor<1>) -> Tensor<D>,
+    codebooks: Option<&Codebooks>,
 ) -> AdaptiveMomentumState<D> {
-    let mut tensors = state.tensors.into_iter().map(unflatten);
+    let tensors = match (state.stored, codebooks) {
+        (Stored::Full(tensors), _) => tensors,
+        (Stored::Eight(moments), Some(Codebooks(books))) => vec![
+            quantize::dequantize(&moments[0], &books[0]),
+            quantize::dequantize(&moments[1], &books[1]),
+        ],
+        (Stored::Eight(_), None) => {
+            unreachable!(
+                "8-bit moments are stored only by an 8-bit optimizer, and a loaded state is checked (check_fits)"
+            )
+        }
+    };
+    let mut tensors = tensors.into_iter().map(unflatten);
     let (Some(moment_1), Some(moment_2)) = (tensors.next(), tensors.next()) else {
         unreachable!("Adam's state is stored with both moments, and a loaded one is checked (check_fits)")
     };
     AdaptiveMomentumState::new(state.time, moment_1, moment_2)
 }
 
-fn flatten_moments<const D: usize>(state: AdaptiveMomentumState<D>, elements: usize) -> ParamState {
+/// The moments flattened, and quantised where the optimizer keeps 8 bits.
+fn store_moments<const D: usize>(
+    state: AdaptiveMomentumState<D>,
+    elements: usize,
+    codebooks: Option<&Codebooks>,
+) -> ParamState {
+    let (moment_1, moment_2) = (
+        state.moment_1.reshape([elements]),
+        state.moment_2.reshape([elements]),
+    );
+    let stored = match codebooks {
+        None => Stored::Full(vec![moment_1, moment_2]),
+        Some(Codebooks(books)) => Stored::Eight(Box::new([
+            quantize::quantize(moment_1, &books[0]),
+            quantize::quantize(moment_2, &books[1]),
+        ])),
+    };
     ParamState {
         time: state.time,
-        tensors: vec![
-            state.moment_1.reshape([elements]),
-            state.moment_2.reshape([elements]),
-        ],
+        stored,
     }
 }
 
@@ -171,12 +258,14 @@ fn sgd_update<const D: usize>(
         Some(decay) => decay.transform(grad, tensor.clone()),
         None => grad,
     };
-    let mut state = ParamState {
-        time: previous.as_ref().map_or(0, |s| s.time) + 1,
-        tensors: Vec::new(),
-    };
+    let time = previous.as_ref().map_or(0, |s| s.time) + 1;
+    let mut tensors = Vec::new();
+    let previous = previous.and_then(|s| match s.stored {
+        Stored::Full(tensors) => tensors.into_iter().next(),
+        Stored::Eight(_) => unreachable!("SGD's velocity is never quantised (TrainConfig::validate)"),
+    });
     if let Some(momentum) = momentum {
-        let velocity = match previous.and_then(|s| s.tensors.into_iter().next()) {
+        let velocity = match previous {
             Some(velocity) => grad
                 .clone()
                 .mul_scalar(1.0 - SGD_DAMPENING)
@@ -184,8 +273,12 @@ fn sgd_update<const D: usize>(
             None => grad.clone(),
         };
         grad = velocity.clone();
-        state.tensors.push(velocity.reshape([elements]));
+        tensors.push(velocity.reshape([elements]));
     }
+    let state = ParamState {
+        time,
+        stored: Stored::Full(tensors),
+    };
     (tensor - grad.mul_scalar(learning_rate), Some(state))
 }
 
@@ -251,112 +344,27 @@ impl Optimizer {
                 .0
                 .get(id)
                 .ok_or_else(|| format!("it holds state for a parameter ({id}) this model does not have"))?;
-            if state.tensors.len() != self.tensors_per_state() {
+            if state.stored.count() != self.tensors_per_state() {
                 return Err(format!(
                     "parameter {id} has {} tensors of state, this optimizer keeps {}",
-                    state.tensors.len(),
+                    state.stored.count(),
                     self.tensors_per_state()
                 ));
             }
-            if state
-                .tensors
-                .iter()
-                .any(|t| t.shape().num_elements() != *elements)
-            {
+            let eight_bit = matches!(state.stored, Stored::Eight(_));
+            if eight_bit != (self.moments == Moments::Q8) {
+                return Err(format!(
+                    "parameter {id}'s moments are {}, this optimizer keeps them in {}",
+                    if eight_bit { "8-bit" } else { "f32" },
+                    self.moments
+                ));
+            }
+            if state.stored.elements().is_some_and(|e| e != *elements) {
                 return Err(format!(
                     "parameter {id}'s state is not the parameter's size ({elements})"
                 ));
             }
         }
-        Ok(())
-    }
-}
-
-/// One parameter's entry in the saved state; its tensors follow the header as f32 LE.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct SavedParam {
-    id: u64,
-    time: usize,
-    elements: usize,
-    tensors: usize,
-}
-
-impl Optimizer {
-    /// The per-parameter state as bytes: a little-endian u64 header length, a JSON header
-    /// naming each parameter (its id, step count and sizes), then every tensor as f32 LE.
-    /// Reads the device asynchronously, as a browser's GPU requires.
-    pub async fn to_bytes(&self) -> Result<Vec<u8>, String> {
-        let mut ids: Vec<&ParamId> = self.states.keys().collect();
-        ids.sort_by_key(|id| id.val());
-        let mut header = Vec::with_capacity(ids.len());
-        let mut values = Vec::new();
-        for id in ids {
-            let state = &self.states[id];
-            let elements = state.tensors.first().map_or(0, |t| t.shape().num_elements());
-            for tensor in &state.tensors {
-                let data = tensor
-                    .clone()
-                    .into_data_async()
-                    .await
-                    .map_err(|e| format!("{e:?}"))?;
-                let data = data
-                    .convert::<f32>()
-                    .try_into_vec::<f32>()
-                    .map_err(|e| format!("{e:?}"))?;
-                values.extend(data.iter().flat_map(|v| v.to_le_bytes()));
-            }
-            header.push(SavedParam {
-                id: id.val(),
-                time: state.time,
-                elements,
-                tensors: state.tensors.len(),
-            });
-        }
-        let header = serde_json::to_vec(&header).map_err(|e| e.to_string())?;
-        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
-        bytes.extend(header);
-        bytes.extend(values);
-        Ok(bytes)
-    }
-
-    /// Puts back the state [`to_bytes`](Self::to_bytes) wrote, on `device`; the reason where
-    /// the bytes are not such a state.
-    pub fn load_bytes(&mut self, bytes: &[u8], device: &Device) -> Result<(), String> {
-        let too_short = || "the optimizer state is cut short".to_string();
-        let (length, rest) = bytes.split_first_chunk::<8>().ok_or_else(too_short)?;
-        let length = usize::try_from(u64::from_le_bytes(*length)).map_err(|_| too_short())?;
-        let (header, mut values) = (rest.get(..length).ok_or_else(too_short)?, &rest[length..]);
-        let header: Vec<SavedParam> =
-            serde_json::from_slice(header).map_err(|e| format!("the optimizer state's header: {e}"))?;
-        let mut states = HashMap::with_capacity(header.len());
-        for saved in header {
-            let mut tensors = Vec::with_capacity(saved.tensors);
-            for _ in 0..saved.tensors {
-                let size = saved.elements.checked_mul(4).ok_or_else(too_short)?;
-                let (these, rest) = values.split_at_checked(size).ok_or_else(too_short)?;
-                values = rest;
-                let floats: Vec<f32> = these
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect();
-                tensors.push(Tensor::from_data(
-                    TensorData::new(floats, [saved.elements]),
-                    device,
-                ));
-            }
-            let state = ParamState {
-                time: saved.time,
-                tensors,
-            };
-            states.insert(ParamId::from(saved.id), state);
-        }
-        if !values.is_empty() {
-            return Err(format!(
-                "the optimizer state has {} bytes past its end",
-                values.len()
-            ));
-        }
-        self.states = states;
         Ok(())
     }
 }
@@ -443,7 +451,7 @@ mod tests {
             let start = ModelConfig::Mlp { hidden: vec![6] }.init(&input, &device());
             let (mut theirs, mut ours) = (start.clone(), start);
             let mut burn_optimizer = burns(&config);
-            let mut optimizer = Optimizer::new(&config);
+            let mut optimizer = Optimizer::new(&config, Moments::F32);
             for step in 0..4 {
                 let grads = gradients(&theirs, step);
                 theirs = burn_optimizer.step(config.learning_rate, theirs, grads);
@@ -452,16 +460,117 @@ mod tests {
                 assert_eq!(parameters(&ours), parameters(&theirs), "{kind:?} step {step}");
                 if step == 1 {
                     let bytes = optimizer.to_bytes().await.unwrap();
-                    optimizer = Optimizer::new(&config);
+                    optimizer = Optimizer::new(&config, Moments::F32);
                     optimizer.load_bytes(&bytes, &Device::flex()).unwrap();
                 }
             }
         }
     }
 
+    /// A batch the MLP can learn: 64 random 8x8 images, labels from a random linear
+    /// teacher, and the cross-entropy of the model on it.
+    fn classification_loss(model: &Model, device: &Device) -> Tensor<1> {
+        device.seed(7);
+        let images = Tensor::<4>::random([64, 1, 8, 8], Distribution::Normal(0.0, 1.0), device);
+        let teacher = Tensor::<2>::random([64, 4], Distribution::Normal(0.0, 1.0), device);
+        let labels = images
+            .clone()
+            .reshape([64, 64])
+            .matmul(teacher)
+            .argmax(1)
+            .reshape([64]);
+        let logits = model.forward(ModelInput::Images(images));
+        burn::nn::loss::CrossEntropyLossConfig::new()
+            .init(device)
+            .forward(logits, labels)
+    }
+
+    async fn train(moments: Moments, steps: usize, save_at: Option<usize>) -> (Vec<f32>, Vec<u32>) {
+        let input = InputShape {
+            height: 8,
+            width: 8,
+            classes: 4,
+            kind: InputKind::Images,
+        };
+        let config = OptimizerConfig {
+            learning_rate: 1e-2,
+            ..OptimizerConfig::default()
+        };
+        device().seed(3);
+        let mut model = ModelConfig::Mlp { hidden: vec![32] }.init(&input, &device());
+        let mut optimizer = Optimizer::new(&config, moments);
+        let mut losses = Vec::new();
+        for step in 0..steps {
+            let loss = classification_loss(&model, &device());
+            losses.push(loss.clone().into_scalar::<f32>());
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            model = optimizer.step(config.learning_rate, model, grads);
+            if save_at == Some(step) {
+                let bytes = optimizer.to_bytes().await.unwrap();
+                optimizer = Optimizer::new(&config, moments);
+                optimizer.load_bytes(&bytes, &Device::flex()).unwrap();
+                optimizer.check_fits(&model).unwrap();
+            }
+        }
+        (losses, parameters(&model))
+    }
+
+    /// 50 steps of the MLP with 8-bit moments and with f32 ones, from the same start on
+    /// the same batch: the losses stay within 0.005 nats of each other at every step
+    /// (measured 2026-12-06 on flex: at most 0.00047, from 1.609 down to 0.00088 in f32
+    /// and 0.00097 in 8 bits), and both fall below a fifth of the start.
+    #[tokio::test]
+    async fn eight_bit_adam_follows_f32_adam_over_50_steps_of_the_mlp() {
+        let (full, _) = train(Moments::F32, 50, None).await;
+        let (eight, _) = train(Moments::Q8, 50, None).await;
+        let worst = full
+            .iter()
+            .zip(&eight)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(worst <= 0.005, "8-bit {eight:?}\nf32 {full:?}");
+        for losses in [&full, &eight] {
+            assert!(losses[49] < losses[0] / 5.0, "{losses:?}");
+        }
+    }
+
+    /// Saved to bytes and loaded back after step 3, the 8-bit state goes on with the
+    /// parameters of a run never saved, bit for bit; an f32 optimizer refuses it.
+    #[tokio::test]
+    async fn eight_bit_moments_resume_bit_for_bit() {
+        let (_, whole) = train(Moments::Q8, 8, None).await;
+        let (_, resumed) = train(Moments::Q8, 8, Some(3)).await;
+        assert_eq!(whole, resumed);
+
+        let config = OptimizerConfig::default();
+        let mut eight = Optimizer::new(&config, Moments::Q8);
+        let input = InputShape {
+            height: 8,
+            width: 8,
+            classes: 4,
+            kind: InputKind::Images,
+        };
+        let model = ModelConfig::Mlp { hidden: vec![32] }.init(&input, &device());
+        let loss = classification_loss(&model, &device());
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let model = eight.step(1e-3, model, grads);
+        let bytes = eight.to_bytes().await.unwrap();
+        let mut full = Optimizer::new(&config, Moments::F32);
+        full.load_bytes(&bytes, &Device::flex()).unwrap();
+        let error = full.check_fits(&model).unwrap_err();
+        assert!(error.contains("8-bit"), "{error}");
+        let cut = &bytes[..bytes.len() - 1];
+        assert!(
+            eight
+                .load_bytes(cut, &Device::flex())
+                .unwrap_err()
+                .contains("cut short")
+        );
+    }
+
     #[test]
     fn a_cut_or_padded_state_is_refused_in_words() {
-        let mut optimizer = Optimizer::new(&OptimizerConfig::default());
+        let mut optimizer = Optimizer::new(&OptimizerConfig::default(), Moments::F32);
         let device = Device::flex();
         for (bytes, expected) in [
             (vec![1, 2, 3], "cut short"),
