@@ -25,20 +25,31 @@ pub enum Precision {
     /// Half-precision parameters and activations; f32 master weights, optimizer state and
     /// loss, with dynamic loss scaling.
     F16,
+    /// f16 without the f32 master copy: the parameters and their gradients are f16 only;
+    /// each update is computed in f32 one parameter at a time and rounded back to f16
+    /// stochastically (`train::precision::stochastic_round_f16`).
+    #[serde(rename = "f16-pure")]
+    #[cfg_attr(not(target_arch = "wasm32"), value(name = "f16-pure"))]
+    F16Pure,
 }
 
 impl Precision {
+    /// Whether parameters and activations are stored in f16 (with a master copy or not).
+    pub fn is_half(self) -> bool {
+        self != Precision::F32
+    }
+
     pub fn bytes(self) -> usize {
         match self {
             Precision::F32 => 4,
-            Precision::F16 => 2,
+            Precision::F16 | Precision::F16Pure => 2,
         }
     }
 
     pub fn dtype(self) -> burn::tensor::FloatDType {
         match self {
             Precision::F32 => burn::tensor::FloatDType::F32,
-            Precision::F16 => burn::tensor::FloatDType::F16,
+            Precision::F16 | Precision::F16Pure => burn::tensor::FloatDType::F16,
         }
     }
 
@@ -46,6 +57,7 @@ impl Precision {
         match self {
             Precision::F32 => "f32",
             Precision::F16 => "f16",
+            Precision::F16Pure => "f16-pure",
         }
     }
 }

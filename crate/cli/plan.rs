@@ -75,7 +75,7 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     let precisions = match args.precision {
         Some(precision) => vec![precision],
         None => match effective_precision(Precision::F16, &device, args.backend.name()) {
-            (Precision::F16, _) => vec![Precision::F32, Precision::F16],
+            (Precision::F16, _) => vec![Precision::F32, Precision::F16, Precision::F16Pure],
             (_, note) => {
                 eprintln!("note: {}", note.unwrap_or_default());
                 vec![Precision::F32]

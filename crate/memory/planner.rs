@@ -242,7 +242,7 @@ fn choose(candidates: &[Candidate]) -> Option<usize> {
         .filter(|(_, c)| c.relative_time <= fastest * (1.0 + TIME_TOLERANCE))
         .max_by_key(|(_, c)| {
             (
-                c.precision == Precision::F32,
+                precision_preference(c.precision),
                 c.moments == Moments::F32,
                 !c.checkpointing,
                 c.micro_batch,
@@ -252,6 +252,16 @@ fn choose(candidates: &[Candidate]) -> Option<usize> {
             )
         })
         .map(|(i, _)| i)
+}
+
+/// Among equal times: f32, then f16 with its master copy (rounding to nearest), then
+/// f16-pure (rounding stochastically).
+fn precision_preference(precision: Precision) -> u8 {
+    match precision {
+        Precision::F32 => 2,
+        Precision::F16 => 1,
+        Precision::F16Pure => 0,
+    }
 }
 
 /// The expected time per sample of a setting, against one f32 pass over the whole
@@ -273,7 +283,7 @@ pub fn relative_time(
     let passes = pass(micro_batch) / pass(request.effective_batch);
     let precision = match precision {
         Precision::F32 => 1.0,
-        Precision::F16 => request.costs.f16,
+        Precision::F16 | Precision::F16Pure => request.costs.f16,
     };
     let segments = census.segments.len().max(1) as f64;
     let recompute = match checkpointing {
@@ -371,7 +381,7 @@ pub fn predict(
         .map(|&p| add(&mut live, p as u64 * store))
         .sum();
     let master_weights: u64 = match precision {
-        Precision::F32 => 0,
+        Precision::F32 | Precision::F16Pure => 0,
         Precision::F16 => census
             .parameters
             .iter()
@@ -383,6 +393,7 @@ pub fn predict(
         .iter()
         .map(|&p| add(&mut live, p as u64 * store))
         .sum();
+    // The f32 running sum, and f16 gradients brought to f32 for the master weights.
     if accumulating || precision == Precision::F16 {
         gradients += census
             .parameters
@@ -442,6 +453,11 @@ pub fn predict(
         let padded = Moments::code_bytes(largest_parameter as usize);
         workspace += add(&mut live, padded * 4 * EIGHT_BIT_UPDATE_COPIES);
     }
+    // f16-pure updates each parameter in f32: its f32 copy and gradient, the update, and
+    // the rounding's noise.
+    if precision == Precision::F16Pure {
+        workspace += add(&mut live, largest_parameter * 4 * PURE_UPDATE_COPIES);
+    }
 
     let mut breakdown = Breakdown {
         parameters,
@@ -466,6 +482,10 @@ pub fn predict(
 /// two decoded moments, the two updated ones, and the encoder's normalised values, codes
 /// and gathered midpoints (an estimate: calibration measures the rest).
 const EIGHT_BIT_UPDATE_COPIES: u64 = 7;
+
+/// The f32-sized copies of the largest parameter an f16-pure update holds at once (its
+/// f32 value and gradient, the updated value, the rounding's hash and noise).
+const PURE_UPDATE_COPIES: u64 = 4;
 
 /// Which segment inputs checkpointing recomputes rather than keeps: bit `i` set means
 /// segment `i`'s input is not kept from the forward pass but computed again, for its turn

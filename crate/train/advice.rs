@@ -75,7 +75,14 @@ fn levers_tried(run_plan: &RunPlan, config: &TrainConfig) -> Vec<LeverNeed> {
             ..request.clone()
         };
         tried.push(tried_with(Lever::F16Storage, run_plan, &changed));
-        all.precisions = vec![Precision::F16];
+    }
+    if !request.precisions.contains(&Precision::F16Pure) && run_plan.levers.f16_available {
+        let changed = PlanRequest {
+            precisions: vec![Precision::F16Pure],
+            ..request.clone()
+        };
+        tried.push(tried_with(Lever::F16WithoutMaster, run_plan, &changed));
+        all.precisions = vec![Precision::F16Pure];
     }
     if !request.checkpointing.contains(&true) {
         let changed = PlanRequest {
@@ -134,6 +141,10 @@ pub fn pick_reason(run_plan: &RunPlan) -> Option<String> {
     let fitting = run_plan.plan.candidates.iter().filter(|c| c.fits).count();
     let picked: Vec<&str> = [
         (chosen.precision == Precision::F16, "f16 storage"),
+        (
+            chosen.precision == Precision::F16Pure,
+            "f16 storage without a master copy",
+        ),
         (chosen.checkpointing, "checkpointing"),
         (chosen.moments == Moments::Q8, "8-bit moments"),
     ]
@@ -199,13 +210,14 @@ pub fn lever_peaks(run_plan: &RunPlan) -> Vec<LeverPeak> {
     let f16_available = run_plan.levers.f16_available;
     if f16_available {
         settings.push(("f16", whole, Precision::F16, false, no));
+        settings.push(("f16 without master", whole, Precision::F16Pure, false, no));
     }
     settings.push(("checkpointing", whole, f32, true, no));
     let adam = request.optimizer != OptimizerKind::Sgd;
     if adam {
         settings.push(("8-bit moments", whole, f32, false, Moments::Q8));
     }
-    let all_precision = if f16_available { Precision::F16 } else { f32 };
+    let all_precision = if f16_available { Precision::F16Pure } else { f32 };
     let all_moments = if adam { Moments::Q8 } else { no };
     settings.push(("all of them", quarter, all_precision, true, all_moments));
     settings

@@ -156,7 +156,7 @@ impl TrainConfig {
     pub fn precision_choices(&self, f16_available: bool) -> Vec<Precision> {
         match (self.precision, self.cap) {
             (Some(fixed), _) => vec![fixed],
-            (None, Some(_)) if f16_available => vec![Precision::F32, Precision::F16],
+            (None, Some(_)) if f16_available => vec![Precision::F32, Precision::F16, Precision::F16Pure],
             (None, _) => vec![Precision::F32],
         }
     }
@@ -307,7 +307,7 @@ mod tests {
         };
         assert_eq!(
             capped.precision_choices(true),
-            vec![Precision::F32, Precision::F16]
+            vec![Precision::F32, Precision::F16, Precision::F16Pure]
         );
         assert_eq!(capped.precision_choices(false), vec![Precision::F32]);
         assert_eq!(capped.checkpointing_choices(), vec![false, true]);

@@ -94,6 +94,8 @@ pub enum Lever {
         chunk_samples: usize,
     },
     F16Storage,
+    /// f16 parameters without the f32 master copy (`--precision f16-pure`).
+    F16WithoutMaster,
     Checkpointing,
     EightBitMoments,
     /// Every other lever of the list at once.
@@ -110,6 +112,7 @@ impl std::fmt::Display for Lever {
                 )
             }
             Lever::F16Storage => f.write_str("f16 storage"),
+            Lever::F16WithoutMaster => f.write_str("f16 storage without the f32 master copy"),
             Lever::Checkpointing => f.write_str("checkpointing"),
             Lever::EightBitMoments => f.write_str("8-bit moments"),
             Lever::AllOfThese => f.write_str("all of these"),

@@ -36,7 +36,7 @@ pub fn input_shape(manifest: &Manifest) -> Result<InputShape, TrainError> {
 
 /// The precision a device can run: f16 only where it stores and computes half floats.
 pub fn effective_precision(asked: Precision, device: &Device, backend: &str) -> (Precision, Option<String>) {
-    if asked == Precision::F16 && !device.supports_dtype(Precision::F16.dtype()) {
+    if asked.is_half() && !device.supports_dtype(Precision::F16.dtype()) {
         let note = format!("the {backend} device does not support f16 (shader-f16); training in f32");
         return (Precision::F32, Some(note));
     }

@@ -1,5 +1,7 @@
 //! Mixed precision: f16 copies of the f32 master weights for forward and backward,
 //! gradients brought back to f32 and unscaled, and a loss scale that adapts to overflow.
+//! Without the master copy (`Precision::F16Pure`), the f16 parameters are the only ones,
+//! and each update is rounded back to f16 stochastically.
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
@@ -24,19 +26,24 @@ fn outside_autodiff<const D: usize>(t: Tensor<D>, f: impl FnOnce(Tensor<D>) -> T
     .require_grad()
 }
 
-struct CastToHalf;
+struct CastTo(FloatDType);
 
-impl ModuleMapper for CastToHalf {
+impl ModuleMapper for CastTo {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
         // A fresh leaf under the master's id, so its gradients land where the optimizer
         // looks for the master's.
-        param.map(|t| outside_autodiff(t, |t| t.cast(FloatDType::F16)))
+        param.map(|t| outside_autodiff(t, |t| t.cast(self.0)))
     }
 }
 
 /// The model's parameters as f16 leaves with the master weights' ids.
 pub fn half_copy(model: &Model) -> Model {
-    model.clone().map(&mut CastToHalf)
+    model.clone().map(&mut CastTo(FloatDType::F16))
+}
+
+/// The model's parameters as f32 leaves with the same ids.
+pub fn full_copy(model: &Model) -> Model {
+    model.clone().map(&mut CastTo(FloatDType::F32))
 }
 
 struct ToMaster<'a> {
@@ -73,7 +80,9 @@ struct AbsSum<'a> {
 impl ModuleVisitor for AbsSum<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         if let Some(grad) = self.grads.get::<D>(param.id) {
-            let part = grad.abs().sum();
+            // In f32: f16 gradients (f16-pure) could sum past f16's range where none
+            // overflowed.
+            let part = grad.abs().cast(FloatDType::F32).sum();
             self.sum = Some(match self.sum.take() {
                 Some(sum) => sum + part,
                 None => part,
@@ -89,6 +98,65 @@ pub fn gradient_magnitude(model: &Model, grads: &GradientsParams) -> Option<Tens
     model.visit(&mut visitor);
     visitor.sum
 }
+
+/// `values` (f32) rounded to f16 stochastically: down to the f16 value below or up to the
+/// one above, up with probability (value - below) / step, so that the expected result is
+/// the value itself and an update far below f16's step still moves a parameter on average
+/// (Gupta et al., "Deep Learning with Limited Numerical Precision", 2015). The draw is a
+/// hash of each element's index and `seed` in bitwise ops only (xorshift): the same on
+/// every run on a backend, so a resumed run rounds as the first one did.
+pub fn stochastic_round_f16<const D: usize>(values: Tensor<D>, seed: u32) -> Tensor<D> {
+    let shape = values.shape();
+    let device = values.device();
+    let count = shape.num_elements() as i64;
+    // The seed as an i32: a scalar must fit every backend's int type (wgpu's is i32).
+    let seed = i64::from(seed as i32);
+    let mut hash = Tensor::<1, Int>::arange(0..count, &device).bitwise_xor_scalar(seed);
+    // Neighbouring indices differ in few bits: rounds enough to spread them, and the high
+    // bits taken, which the left shifts have mixed most.
+    for _ in 0..HASH_ROUNDS {
+        hash = hash
+            .clone()
+            .bitwise_xor(hash.clone().bitwise_left_shift_scalar(13));
+        hash = hash
+            .clone()
+            .bitwise_xor(hash.clone().bitwise_right_shift_scalar(17));
+        hash = hash
+            .clone()
+            .bitwise_xor(hash.clone().bitwise_left_shift_scalar(5));
+    }
+    let uniform = hash
+        .bitwise_right_shift_scalar(9)
+        .bitwise_and_scalar(MANTISSA)
+        .float()
+        .div_scalar((MANTISSA + 1) as f32)
+        .reshape(shape);
+    // f16's step at each value, 2^(its exponent - 10), 2^-24 among the subnormals. Where
+    // the logarithm lands a step high (just below a power of two), the two neighbours are
+    // a coarser step apart: still f16 values, still unbiased.
+    let step = values
+        .clone()
+        .abs()
+        .log()
+        .div_scalar(std::f32::consts::LN_2)
+        .floor()
+        .sub_scalar(10.0)
+        .mul_scalar(std::f32::consts::LN_2)
+        .exp()
+        .clamp_min(F16_SMALLEST_STEP);
+    // Exact in f32: the step is a power of two.
+    let below = values.clone().div(step.clone()).floor().mul(step.clone());
+    let up = values.sub(below.clone()).div(step.clone());
+    let rounded_up = uniform.lower(up).float();
+    (below + rounded_up * step).cast(FloatDType::F16)
+}
+
+/// xorshift rounds per hash.
+const HASH_ROUNDS: usize = 4;
+/// 23 of the hash's bits make the noise.
+const MANTISSA: i64 = 0x7f_ffff;
+/// f16's smallest subnormal, 2^-24.
+const F16_SMALLEST_STEP: f32 = 5.960_464_5e-8;
 
 /// Dynamic loss scaling: start high, halve on overflow (the step is skipped), double after
 /// a run of clean steps.
@@ -129,6 +197,71 @@ impl LossScaler {
             self.clean_steps = 0;
         }
         true
+    }
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod rounding_tests {
+    use super::*;
+
+    /// 4096 copies of values between f16 steps (and one just above a power of two, a
+    /// hundredth of a step up, as Adam's small updates are): each rounds to a neighbour,
+    /// their mean is the value within the noise of 4096 draws, the same seed rounds the
+    /// same and another differently.
+    #[test]
+    fn stochastic_rounding_is_unbiased_and_repeatable() {
+        let device = Device::flex();
+        let copies = 4096;
+        // 1 + a quarter step, 1000 + 0.3 of a step (0.5 at 1000), 2^-20 (a subnormal
+        // step apart), 0.25 + a hundredth of a step.
+        let cases = [
+            1.0 + 0.25 / 1024.0,
+            1000.15,
+            2f32.powi(-20) * 1.7,
+            0.25 + 0.01 / 4096.0,
+        ];
+        for value in cases {
+            let values = Tensor::<1>::full([copies], value, &device);
+            let rounded = stochastic_round_f16(values.clone(), 7);
+            let read: Vec<f32> = rounded
+                .clone()
+                .cast(FloatDType::F32)
+                .into_data()
+                .try_to_vec::<f32>()
+                .unwrap();
+            let (low, high) = (
+                burn::tensor::f16::from_f32(value),
+                burn::tensor::f16::from_f32(value),
+            );
+            let (low, high) = match low.to_f32() <= value {
+                true => (
+                    low.to_f32(),
+                    burn::tensor::f16::from_bits(high.to_bits() + 1).to_f32(),
+                ),
+                false => (
+                    burn::tensor::f16::from_bits(low.to_bits() - 1).to_f32(),
+                    high.to_f32(),
+                ),
+            };
+            let step = high - low;
+            assert!(
+                read.iter().all(|&r| (r - value).abs() <= step),
+                "{value}: {read:?}"
+            );
+            let mean = read.iter().map(|&r| f64::from(r)).sum::<f64>() / copies as f64;
+            let step = f64::from(step);
+            // The standard error of the mean of 4096 draws is at most half a step / 64.
+            assert!(
+                (mean - f64::from(value)).abs() < step * 4.0 / 128.0,
+                "{value}: mean {mean}"
+            );
+            let again = stochastic_round_f16(values.clone(), 7);
+            assert_eq!(again.into_data(), rounded.clone().into_data());
+            if (value - low) / (high - low) > 0.05 {
+                let other = stochastic_round_f16(values, 8);
+                assert_ne!(other.into_data(), rounded.into_data(), "{value}");
+            }
+        }
     }
 }
 

@@ -9,11 +9,11 @@
 
 use burn::prelude::*;
 
-use super::config::TrainConfig;
+use super::config::{Precision, TrainConfig};
 use super::error::TrainError;
-use super::optimizer;
 use super::plan::{self, RunPlan};
 use super::step::{MicroSteps, accumulate_gradients};
+use super::{optimizer, precision};
 use crate::data::{Batch, DataSource, MemoryGauge};
 use crate::memory::calibration::{ProbedLevers, probe_ladder};
 use crate::memory::{Calibration, MemoryTracker, Probe, recomputed_inputs};
@@ -104,6 +104,13 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
         None => Vec::new(),
     };
     let ladder = probe_ladder(target);
+    // f16-pure probes its f16 parameters; the model goes back in f32 (its values rounded
+    // to f16, which an f16-pure run starts from anyway).
+    let pure = levers.precision == Precision::F16Pure;
+    let model = match pure {
+        true => precision::half_copy(&model),
+        false => model,
+    };
     // The weights were placed in pages at initialization; the first update moves them
     // into the pools the steps carve, where they stay. Probing only after that move
     // measures the pages the run's steps will see.
@@ -126,7 +133,7 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
         let (probed, peak) = probe(model, setting, micro_batch, accumulating, STEPS_PER_PROBE, device);
         model = probed;
         let Some(peak_reserved) = peak else {
-            return (model, None);
+            return (full_if(pure, model), None);
         };
         probes.push(Probe {
             micro_batch,
@@ -141,7 +148,15 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
         }
     }
     device.memory_cleanup();
-    (model, Calibration::fit(probes).map(|c| c.probed_with(levers)))
+    let calibration = Calibration::fit(probes).map(|c| c.probed_with(levers));
+    (full_if(pure, model), calibration)
+}
+
+fn full_if(pure: bool, model: Model) -> Model {
+    match pure {
+        true => precision::full_copy(&model),
+        false => model,
+    }
 }
 
 /// The peak reservation over `step_count` steps at `micro_batch`: two micro-batches a step

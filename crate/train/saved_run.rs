@@ -12,7 +12,7 @@ use burn::store::ModuleRecord;
 use burn::tensor::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::config::TrainConfig;
+use super::config::{Precision, TrainConfig};
 use super::error::TrainError;
 use super::precision::LossScaler;
 use super::run::{History, Progress};
@@ -260,7 +260,13 @@ pub fn restore(
     let mut trainer = Trainer::new(planning, source, device, backend)?;
     trainer.config = config;
     let fresh = trainer.model.take().expect("a new trainer holds its model");
-    trainer.model = Some(checkpoint.load_model(fresh)?);
+    let loaded = checkpoint.load_model(fresh)?;
+    // The parameters are saved as f32 (f16-pure's exactly: every f16 is an f32) and go
+    // back to f16 where the run keeps only those.
+    trainer.model = Some(match trainer.precision() {
+        Precision::F16Pure => super::precision::half_copy(&loaded),
+        _ => loaded,
+    });
     trainer
         .optimizer
         .load_bytes(&checkpoint.optimizer, &trainer.device)

@@ -15,7 +15,9 @@ pub fn images(features: &[u8], input: &InputShape, precision: Precision, device:
     let scaled = features.iter().map(|&p| f32::from(p) / 255.0);
     let data = match precision {
         Precision::F32 => TensorData::new(scaled.collect::<Vec<f32>>(), shape),
-        Precision::F16 => TensorData::new(scaled.map(f16::from_f32).collect::<Vec<f16>>(), shape),
+        Precision::F16 | Precision::F16Pure => {
+            TensorData::new(scaled.map(f16::from_f32).collect::<Vec<f16>>(), shape)
+        }
     };
     Tensor::<4>::from_data(data, (device, DType::from(precision.dtype())))
 }

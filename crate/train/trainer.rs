@@ -112,6 +112,11 @@ impl Trainer {
         let enforcements = Vec::from_iter(planned_enforcement(&config, &run_plan.plan, chosen));
         let (micro_batch, planned) = (chosen.micro_batch, chosen.clone());
         let precision = chosen.precision;
+        // f16-pure: the f16 parameters are the only ones from here on.
+        let model = match precision {
+            Precision::F16Pure => precision::half_copy(&model),
+            _ => model,
+        };
         // The levers the planner picked are the run's from here on: a saved run resumes
         // with them, whatever a later plan would pick.
         config.precision = Some(chosen.precision);
@@ -137,7 +142,9 @@ impl Trainer {
             precision,
             precision_note,
             levers_reason,
-            scaler: (precision == Precision::F16).then(|| LossScaler::new(SCALE_GROWTH_INTERVAL)),
+            scaler: precision
+                .is_half()
+                .then(|| LossScaler::new(SCALE_GROWTH_INTERVAL)),
             skipped_in_a_row: 0,
             skipped_steps: 0,
             enforcements,
@@ -272,7 +279,11 @@ impl Trainer {
                 };
                 let applied = scaler.update(!(loss.is_finite() && magnitude.is_finite()));
                 self.model = Some(if applied {
-                    self.optimizer.step(learning_rate, model, step.grads)
+                    // The scale the gradients were computed with: the update above may
+                    // have changed it for the next step.
+                    let scale = loss_scale.unwrap_or(1.0);
+                    self.optimizer
+                        .step_unscaling(learning_rate, model, step.grads, scale)
                 } else {
                     model
                 });
@@ -323,7 +334,8 @@ impl Trainer {
     /// in fits here too, without its gradients.
     pub async fn evaluate(&mut self, source: &DataSource, split: Split) -> Result<EvalRecord, TrainError> {
         let model = match self.precision {
-            Precision::F32 => self.model().valid(),
+            // f16-pure's parameters are f16 already.
+            Precision::F32 | Precision::F16Pure => self.model().valid(),
             Precision::F16 => precision::half_copy(&self.model().valid()),
         };
         let loss_fn = CrossEntropyLossConfig::new().init(&self.device);

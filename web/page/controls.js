@@ -109,13 +109,15 @@ export function readRun() {
   return { url: new URL($("dataset").value, document.baseURI).href, config, backend: $("backend").value, saveEvery };
 }
 
-/// f16 is offered only where the adapter has shader-f16.
+/// f16 (with or without the master copy) is offered only where the adapter has shader-f16.
 export function offerF16(available, reason) {
-  const option = /** @type {HTMLOptionElement} */ ($("precision").querySelector('option[value="f16"]'));
-  option.disabled = !available;
-  option.title = available ? "" : reason;
-  option.textContent = available ? "f16" : `f16 (unavailable: ${reason})`;
-  if (!available && $("precision").value === "f16") $("precision").value = "auto";
+  for (const [value, name] of [["f16", "f16"], ["f16-pure", "f16 without master"]]) {
+    const option = /** @type {HTMLOptionElement} */ ($("precision").querySelector(`option[value="${value}"]`));
+    option.disabled = !available;
+    option.title = available ? "" : reason;
+    option.textContent = available ? name : `${name} (unavailable: ${reason})`;
+    if (!available && $("precision").value === value) $("precision").value = "auto";
+  }
 }
 
 const DATASET_INDEX = "data/index.json";

@@ -167,6 +167,8 @@ function leverName(lever) {
       return "f16 storage";
     case "eight-bit-moments":
       return "8-bit moments";
+    case "f16-without-master":
+      return "f16 storage without the f32 master copy";
     case "all-of-these":
       return "all of these";
     default:

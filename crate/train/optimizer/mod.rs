@@ -20,7 +20,10 @@ use burn::optim::{
 };
 use burn::prelude::*;
 
+use burn::tensor::{DType, FloatDType};
+
 use super::config::{Moments, OptimizerConfig, OptimizerKind};
+use super::precision;
 use super::quantize::{self, Codebook, Quantized};
 
 mod bytes;
@@ -82,6 +85,8 @@ pub struct Optimizer {
     states: HashMap<ParamId, ParamState>,
     moments: Moments,
     codebooks: Option<Codebooks>,
+    /// What f16 gradients are multiplied by in this step's updates (`step_unscaling`).
+    inverse_loss_scale: f32,
 }
 
 impl Optimizer {
@@ -117,6 +122,7 @@ impl Optimizer {
             states: HashMap::new(),
             moments,
             codebooks: None,
+            inverse_loss_scale: 1.0,
         }
     }
 
@@ -132,7 +138,20 @@ impl Optimizer {
     }
 
     /// `model` with every parameter that has a gradient in `grads` updated.
-    pub fn step(&mut self, learning_rate: f64, model: Model, mut grads: GradientsParams) -> Model {
+    pub fn step(&mut self, learning_rate: f64, model: Model, grads: GradientsParams) -> Model {
+        self.step_unscaling(learning_rate, model, grads, 1.0)
+    }
+
+    /// [`step`](Self::step) where f16 gradients are of a loss multiplied by `loss_scale`
+    /// (f16-pure's, not summed in f32): each is unscaled in its own update.
+    pub fn step_unscaling(
+        &mut self,
+        learning_rate: f64,
+        model: Model,
+        mut grads: GradientsParams,
+        loss_scale: f32,
+    ) -> Model {
+        self.inverse_loss_scale = 1.0 / loss_scale;
         model.map(&mut Update {
             optimizer: self,
             grads: &mut grads,
@@ -140,8 +159,29 @@ impl Optimizer {
         })
     }
 
-    /// One parameter's update on the inner (non-autodiff) tensors.
+    /// One parameter's update on the inner (non-autodiff) tensors. An f16 parameter
+    /// (f16-pure) is updated in f32 and rounded back stochastically: no f32 copy of it
+    /// outlives its own update.
     fn update<const D: usize>(
+        &mut self,
+        id: ParamId,
+        learning_rate: f64,
+        tensor: Tensor<D>,
+        grad: Tensor<D>,
+    ) -> Tensor<D> {
+        if tensor.dtype() != DType::F16 {
+            return self.update_f32(id, learning_rate, tensor, grad);
+        }
+        let grad = match grad.dtype() {
+            DType::F16 => grad.cast(FloatDType::F32).mul_scalar(self.inverse_loss_scale),
+            _ => grad,
+        };
+        let updated = self.update_f32(id, learning_rate, tensor.cast(FloatDType::F32), grad);
+        let time = self.states.get(&id).map_or(0, |s| s.time);
+        precision::stochastic_round_f16(updated, rounding_seed(id, time))
+    }
+
+    fn update_f32<const D: usize>(
         &mut self,
         id: ParamId,
         learning_rate: f64,
@@ -193,6 +233,13 @@ impl Optimizer {
         }
         updated
     }
+}
+
+/// A parameter's rounding noise for its update number `time`: another for every
+/// parameter and step, the same when a resumed run repeats them.
+fn rounding_seed(id: ParamId, time: usize) -> u32 {
+    let id = id.val();
+    (id as u32) ^ ((id >> 32) as u32) ^ (time as u32).wrapping_mul(0x9e37_79b9)
 }
 
 /// Adam's moments as f32 tensors of the parameter's shape, decoded where stored in 8 bits.

@@ -129,7 +129,7 @@ export type OptimizerKind = "adam" | "adamw" | "sgd";
 /**
  * How parameters and activations are stored.
  */
-export type Precision = "f32" | "f16";
+export type Precision = "f32" | "f16" | "f16-pure";
 
 /**
  * How Adam's two moments are kept between steps.
