@@ -276,10 +276,12 @@ pub fn bench_train(args: TrainBenchArgs) -> anyhow::Result<()> {
         "--effective-batch",
         &batch.to_string(),
     ]));
-    let levers: [(&str, Vec<String>); 5] = [
+    let levers: [(&str, Vec<String>); 7] = [
         ("baseline f32", flags(&[])),
         ("accumulation 4x", flags(&["--micro-batch", &quarter])),
         ("f16", flags(&["--precision", "f16"])),
+        ("f16 without master", flags(&["--precision", "f16-pure"])),
+        ("8-bit moments", flags(&["--moments", "8bit"])),
         ("checkpointing", flags(&["--checkpointing"])),
         (
             "combined",

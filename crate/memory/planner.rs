@@ -112,8 +112,8 @@ pub struct Breakdown {
     pub parameters: u64,
     /// f32 master weights kept beside f16 parameters.
     pub master_weights: u64,
-    /// One micro-batch's gradients, plus the f32 running sum when accumulating or
-    /// converting from f16.
+    /// One micro-batch's gradients, plus the running sum when accumulating (f32; f16 under
+    /// f16-pure) or their f32 copies for the master weights under f16.
     pub gradients: u64,
     pub optimizer_state: u64,
     /// Activations saved for backward, the input batch and its targets.
@@ -393,12 +393,17 @@ pub fn predict(
         .iter()
         .map(|&p| add(&mut live, p as u64 * store))
         .sum();
-    // The f32 running sum, and f16 gradients brought to f32 for the master weights.
+    // The running sum (f32, f16 for f16-pure), and f16 gradients brought to f32 for the
+    // master weights.
+    let sum = match precision {
+        Precision::F16Pure => store,
+        Precision::F32 | Precision::F16 => 4,
+    };
     if accumulating || precision == Precision::F16 {
         gradients += census
             .parameters
             .iter()
-            .map(|&p| add(&mut live, p as u64 * 4))
+            .map(|&p| add(&mut live, p as u64 * sum))
             .sum::<u64>();
     }
     let state_tensors = match request.optimizer {
@@ -631,6 +636,18 @@ mod tests {
             eight.workspace > full.workspace,
             "the update decodes a parameter's moments"
         );
+        let pure = predict(&r, 1, Precision::F16Pure, false, Moments::Q8);
+        assert_eq!(pure.master_weights, 0);
+        assert_eq!(pure.gradients, full.gradients / 2, "f16 gradients");
+        let ratio = fixed(pure) as f64 / fixed(full) as f64;
+        assert!((0.37..=0.45).contains(&ratio), "{ratio}");
+        // Accumulating, the running sum is f16 too.
+        let accumulating = PlanRequest {
+            effective_batch: 2,
+            ..r.clone()
+        };
+        let summed = predict(&accumulating, 1, Precision::F16Pure, false, Moments::Q8);
+        assert_eq!(summed.gradients, full.gradients);
     }
 
     /// With the precision and checkpointing fixed (by hand, or by no cap), the micro-batch is

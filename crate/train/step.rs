@@ -70,7 +70,6 @@ pub fn accumulate_gradients(
     let total = batch.len();
     // f16-pure's model is f16 already, and its own parameters take the gradients.
     let half = (steps.precision == Precision::F16).then(|| precision::half_copy(model));
-    let accumulating = steps.micro_batch < total;
     let forward_model = half.as_ref().unwrap_or(model);
     let loss_fn = CrossEntropyLossConfig::new().init(device);
     let mut accumulator = GradientsAccumulator::<Model>::new();
@@ -91,13 +90,11 @@ pub fn accumulate_gradients(
             };
             Objective { loss, backward_from }
         };
-        // f16-pure keeps one micro-batch's f16 gradients as they are (the optimizer unscales
-        // each in its update) and sums several in f32.
-        let to_master = |grads: GradientsParams| match (steps.precision, accumulating) {
-            (Precision::F32, _) | (Precision::F16Pure, false) => grads,
-            (Precision::F16, _) | (Precision::F16Pure, true) => {
-                precision::to_master(model, grads, steps.loss_scale)
-            }
+        // f16-pure keeps its gradients in f16, summed in f16 (the optimizer unscales each
+        // in its update; an overflowed sum skips the step as an overflowed gradient does).
+        let to_master = |grads: GradientsParams| match steps.precision {
+            Precision::F32 | Precision::F16Pure => grads,
+            Precision::F16 => precision::to_master(model, grads, steps.loss_scale),
         };
         let mut sample = |phase| {
             if let Some(tracker) = tracker.as_deref_mut() {

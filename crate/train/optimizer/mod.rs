@@ -143,7 +143,7 @@ impl Optimizer {
     }
 
     /// [`step`](Self::step) where f16 gradients are of a loss multiplied by `loss_scale`
-    /// (f16-pure's, not summed in f32): each is unscaled in its own update.
+    /// (f16-pure's): each is unscaled in its own update.
     pub fn step_unscaling(
         &mut self,
         learning_rate: f64,
