@@ -46,15 +46,16 @@ fn train(data: &str, cap: Option<u64>) -> Run {
     )
 }
 
-/// `headroom train` on wgpu without evaluation, under `cap` if given, with f32 and every
-/// activation kept: the micro-batch is the only lever these tests leave to the cap.
+/// `headroom train` on wgpu without evaluation, under `cap` if given, with f32, every
+/// activation kept and f32 moments: the micro-batch is the only lever these tests leave to
+/// the cap.
 fn train_with(data: &str, flags: &[&str], cap: Option<u64>) -> Run {
     let mut flags = flags.to_vec();
     flags.extend(FIXED_LEVERS);
     train_auto(data, &flags, cap)
 }
 
-const FIXED_LEVERS: [&str; 3] = ["--precision", "f32", "--no-checkpointing"];
+const FIXED_LEVERS: [&str; 5] = ["--precision", "f32", "--no-checkpointing", "--moments", "f32"];
 
 /// `headroom train` on wgpu without evaluation, under `cap` if given, with the precision
 /// and checkpointing `flags` leave to the planner.
@@ -376,7 +377,7 @@ fn under_a_cap_the_plain_run_passes_the_planner_picks_a_lever_and_one_fixed_by_h
     let capped = train_auto(data, &LONG_GPT, Some(cap));
     let picked = started(&capped);
     assert!(
-        picked["precision"] == "f16" || picked["checkpointing"] == true,
+        picked["precision"] != "f32" || picked["checkpointing"] == true || picked["moments"] == "8bit",
         "no lever picked under a cap the plain run passes: {picked}"
     );
     let reason = picked["levers_reason"].as_str().expect("the pick says why");
@@ -384,11 +385,11 @@ fn under_a_cap_the_plain_run_passes_the_planner_picks_a_lever_and_one_fixed_by_h
     assert_every_step_under(&capped, cap);
     let first = losses(&capped)[0];
     assert!(first.is_finite() && losses(&capped).iter().all(|l| l.is_finite()));
-    // Fixed by hand, f32 stays f32: the planner turns checkpointing on instead, with the
-    // plain run's losses (recomputation changes no math).
+    // Fixed by hand, f32 stays f32 (and f32 moments): the planner turns checkpointing on
+    // instead, with the plain run's losses (recomputation changes no math).
     let f32_only = train_auto(
         data,
-        &[&LONG_GPT[..], &["--precision", "f32"]].concat(),
+        &[&LONG_GPT[..], &["--precision", "f32", "--moments", "f32"]].concat(),
         Some(cap),
     );
     let picked = started(&f32_only);

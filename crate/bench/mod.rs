@@ -5,6 +5,7 @@
 //! tests.
 
 mod inputs;
+mod ladder;
 pub mod load;
 mod matmul;
 pub mod mutate;
@@ -35,6 +36,9 @@ pub enum BenchCommand {
     Train(train::TrainBenchArgs),
     /// The planner's predicted peak against the measured one over many configurations.
     Plan(train::PlanBenchArgs),
+    /// The largest GPT of a ladder that trains under each cap with the levers the planner
+    /// picks, and what each rung needs without levers.
+    Ladder(ladder::LadderBenchArgs),
     /// samples/s against the data pipeline's bytes held, for each prefetch depth and way
     /// of evaluating, and the run the planner picks under a cap.
     Pipeline(pipeline::PipelineBenchArgs),
@@ -60,6 +64,7 @@ impl BenchCommand {
             | BenchCommand::Matmul(_) => false,
             BenchCommand::Train(_)
             | BenchCommand::Plan(_)
+            | BenchCommand::Ladder(_)
             | BenchCommand::Pipeline(_)
             | BenchCommand::Soak(_) => true,
         }
@@ -82,6 +87,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Data(args) => bench_data(args).await,
         BenchCommand::Train(args) => train::bench_train(args),
         BenchCommand::Plan(args) => train::bench_plan(args),
+        BenchCommand::Ladder(args) => ladder::bench_ladder(args).await,
         BenchCommand::Pipeline(args) => pipeline::bench_pipeline(args),
         BenchCommand::Inputs(args) => inputs::bench_inputs(args),
         BenchCommand::Serve(args) => serve::bench_serve(args).await,

@@ -124,6 +124,7 @@ pub async fn bench_soak(args: SoakBenchArgs) -> anyhow::Result<()> {
         // levers that would change them or the step's shape stay off under its cap.
         precision: Some(crate::train::Precision::F32),
         checkpointing: Some(false),
+        moments: Some(crate::train::Moments::F32),
         ..TrainConfig::default()
     };
     let source = DataSource::open(&args.data, config.stream_options()).await?;
