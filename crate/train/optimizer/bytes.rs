@@ -55,7 +55,7 @@ async fn read_words(tensor: &Tensor<1, Int>, out: &mut Vec<u8>) -> Result<(), St
 impl Optimizer {
     /// The per-parameter state as bytes: a little-endian u64 header length, a JSON header
     /// naming each parameter (its id, step count and sizes), then every tensor's values
-    /// (see [`SavedParam`]). Reads the device asynchronously, as a browser's GPU requires.
+    /// (see `SavedParam`). Reads the device asynchronously, as a browser's GPU requires.
     pub async fn to_bytes(&self) -> Result<Vec<u8>, String> {
         let mut ids: Vec<&ParamId> = self.states.keys().collect();
         ids.sort_by_key(|id| id.val());
