@@ -124,11 +124,11 @@ fn calibrate(
     backend: BackendKind,
 ) -> anyhow::Result<()> {
     let setting = plan.chosen().unwrap_or(&plan.candidates[0]);
-    let (precision, checkpointing, moments) = (setting.precision, setting.checkpointing, setting.moments);
+    let levers = setting.levers();
     let config = TrainConfig {
-        precision: Some(precision),
-        checkpointing: Some(checkpointing),
-        moments: Some(moments),
+        precision: Some(levers.precision),
+        checkpointing: Some(levers.checkpointing),
+        moments: Some(levers.moments),
         calibrate: true,
         ..config.clone()
     };
@@ -141,10 +141,8 @@ fn calibrate(
         );
         return Ok(());
     };
-    let (probed_setting, mut others): (Vec<Candidate>, Vec<Candidate>) = plan
-        .candidates
-        .drain(..)
-        .partition(|c| c.precision == precision && c.checkpointing == checkpointing && c.moments == moments);
+    let (probed_setting, mut others): (Vec<Candidate>, Vec<Candidate>) =
+        plan.candidates.drain(..).partition(|c| c.levers() == levers);
     plan.candidates = probed_setting;
     plan.calibrate(calibration);
     // The other settings keep the census's figure, and are not picked over a measured one.

@@ -39,7 +39,9 @@ pub struct Calibration {
     pub levers: Option<ProbedLevers>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The levers of one setting beside its micro-batch (`Candidate::levers`); the default
+/// is none: f32, every activation kept, f32 moments.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProbedLevers {
     pub precision: Precision,
     pub checkpointing: bool,

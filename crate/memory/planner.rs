@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::allocator::PoolModel;
-use super::calibration::Calibration;
+use super::calibration::{Calibration, ProbedLevers};
 use super::enforcer;
 use crate::model::{InputShape, ModelConfig, Segment};
 use crate::settings::{Moments, OptimizerKind, Precision};
@@ -178,6 +178,15 @@ impl Candidate {
     pub fn peak(&self) -> u64 {
         self.calibrated_peak.unwrap_or(self.predicted_peak)
     }
+
+    /// Its precision, checkpointing and moments.
+    pub fn levers(&self) -> ProbedLevers {
+        ProbedLevers {
+            precision: self.precision,
+            checkpointing: self.checkpointing,
+            moments: self.moments,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -213,12 +222,7 @@ impl Plan {
     pub fn calibrate(&mut self, calibration: Calibration) {
         for c in &mut self.candidates {
             let device = c.breakdown.device();
-            let levers = super::calibration::ProbedLevers {
-                precision: c.precision,
-                checkpointing: c.checkpointing,
-                moments: c.moments,
-            };
-            let peak = calibration.device_bytes_with(c.micro_batch, device, levers) + c.breakdown.data;
+            let peak = calibration.device_bytes_with(c.micro_batch, device, c.levers()) + c.breakdown.data;
             c.calibrated_peak = Some(peak);
             c.fits = enforcer::within_limit(self.cap, peak);
         }

@@ -2,7 +2,7 @@
 
 use burn::prelude::Device;
 
-use super::config::{Moments, OptimizerKind, Precision, TrainConfig};
+use super::config::{OptimizerKind, Precision, TrainConfig};
 use super::error::TrainError;
 use crate::data::{ChunkFootprint, DataSource, Manifest, Split};
 use crate::memory::calibration::ProbedLevers;
@@ -109,18 +109,7 @@ impl RunPlan {
     /// or where none fits the setting that fits under the smallest cap.
     pub fn probed_levers(&self) -> ProbedLevers {
         let setting: Option<&Candidate> = self.plan.chosen().or_else(|| self.plan.smallest_fitting());
-        setting.map_or(
-            ProbedLevers {
-                precision: Precision::F32,
-                checkpointing: false,
-                moments: Moments::F32,
-            },
-            |c| ProbedLevers {
-                precision: c.precision,
-                checkpointing: c.checkpointing,
-                moments: c.moments,
-            },
-        )
+        setting.map_or_else(ProbedLevers::default, Candidate::levers)
     }
 
     /// Whether the planner chose a lever the run did not fix: the precision,

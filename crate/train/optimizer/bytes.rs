@@ -22,33 +22,27 @@ struct SavedParam {
     eight_bit: bool,
 }
 
+/// A tensor's values read back from the device, as `E`.
+fn values<E: burn::tensor::Element>(
+    read: Result<TensorData, impl std::fmt::Debug>,
+) -> Result<Vec<E>, String> {
+    read.map_err(|e| format!("{e:?}"))?
+        .convert::<E>()
+        .try_into_vec::<E>()
+        .map_err(|e| format!("{e:?}"))
+}
+
 async fn read_floats(tensor: &Tensor<1>, out: &mut Vec<u8>) -> Result<(), String> {
-    let data = tensor
-        .clone()
-        .into_data_async()
-        .await
-        .map_err(|e| format!("{e:?}"))?;
-    let data = data
-        .convert::<f32>()
-        .try_into_vec::<f32>()
-        .map_err(|e| format!("{e:?}"))?;
-    out.extend(data.iter().flat_map(|v| v.to_le_bytes()));
+    let floats: Vec<f32> = values(tensor.clone().into_data_async().await)?;
+    out.extend(floats.iter().flat_map(|v| v.to_le_bytes()));
     Ok(())
 }
 
 /// The words as u32: through i64, which holds both a backend's i32 words (negative where
 /// the top byte is 128 or more) and an i64 backend's positive ones.
 async fn read_words(tensor: &Tensor<1, Int>, out: &mut Vec<u8>) -> Result<(), String> {
-    let data = tensor
-        .clone()
-        .into_data_async()
-        .await
-        .map_err(|e| format!("{e:?}"))?;
-    let data = data
-        .convert::<i64>()
-        .try_into_vec::<i64>()
-        .map_err(|e| format!("{e:?}"))?;
-    out.extend(data.iter().flat_map(|&v| (v as u32).to_le_bytes()));
+    let words: Vec<i64> = values(tensor.clone().into_data_async().await)?;
+    out.extend(words.iter().flat_map(|&v| (v as u32).to_le_bytes()));
     Ok(())
 }
 
