@@ -32,7 +32,7 @@ struct RunFile {
 }
 
 /// Writes `bytes` to `path` so that a reader sees either the old file or the whole new one.
-fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let temporary = path.with_file_name(format!(".{name}.tmp"));
     let mut file =

@@ -32,6 +32,27 @@ pub struct EvalArgs {
     /// Print the evaluation as JSON.
     #[arg(long)]
     json: bool,
+    /// Also write the logits to this .npy file (f32, one row of classes per prediction: an
+    /// image, or a token position of text), in the split's file order.
+    #[arg(long)]
+    logits: Option<PathBuf>,
+}
+
+/// `values` as a [rows, columns] little-endian f32 array in NumPy's .npy format (version 1.0).
+fn npy(values: &[f32], columns: usize) -> Vec<u8> {
+    let rows = values.len() / columns.max(1);
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {columns}), }}");
+    // The magic, version and length (10 bytes), the header and its newline: a multiple of
+    // 64, as the format asks.
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend((header.len() as u16).to_le_bytes());
+    out.extend(header.as_bytes());
+    out.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+    out
 }
 
 pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
@@ -40,7 +61,11 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
     }
     let (saved_data, saved) = checkpoint_dir::load(&args.dir)?;
     let data = args.data.clone().or(saved_data).context(NO_DATA)?;
-    let source = DataSource::open(&data, saved.state.config.stream_options()).await?;
+    let mut options = saved.state.config.stream_options();
+    // Logits are written in the split's file order, so that row i is sample i (an
+    // evaluation otherwise reads in the run's shuffled order).
+    options.shuffle &= args.logits.is_none();
+    let source = DataSource::open(&data, options).await?;
     let (mut trainer, _) = saved_run::restore(
         &saved,
         |config| {
@@ -53,7 +78,15 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
         args.backend.device(),
         args.backend.name(),
     )?;
-    let eval = trainer.evaluate(&source, args.split).await?;
+    let eval = match &args.logits {
+        None => trainer.evaluate(&source, args.split).await?,
+        Some(path) => {
+            let (eval, logits) = trainer.evaluate_logits(&source, args.split).await?;
+            let bytes = npy(&logits, trainer.input().classes);
+            std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+            eval
+        }
+    };
     if args.json {
         println!("{}", serde_json::to_string(&eval)?);
     } else {

@@ -5,6 +5,8 @@ mod checkpoint_dir;
 #[cfg(feature = "train")]
 mod eval;
 #[cfg(feature = "train")]
+mod export;
+#[cfg(feature = "train")]
 mod plan;
 mod prepare;
 mod serve;
@@ -50,6 +52,9 @@ enum Command {
     /// Evaluate a saved run (`train --save` or `--checkpoint-dir`) on a split.
     #[cfg(feature = "train")]
     Eval(eval::EvalArgs),
+    /// Write a saved run's parameters as safetensors, in PyTorch's names and layouts.
+    #[cfg(feature = "train")]
+    Export(export::ExportArgs),
     /// Predict the peak memory of training settings and pick the one that fits a cap.
     #[cfg(feature = "train")]
     Plan(plan::PlanArgs),
@@ -67,6 +72,8 @@ impl Command {
             Command::Prepare(_) | Command::Serve(_) | Command::Stream(_) => false,
             #[cfg(feature = "train")]
             Command::Train(_) | Command::Eval(_) | Command::Plan(_) => true,
+            #[cfg(feature = "train")]
+            Command::Export(_) => false,
             #[cfg(feature = "train")]
             Command::Bench(command) => command.trains(),
         }
@@ -96,6 +103,8 @@ pub fn main() -> ExitCode {
             Command::Plan(args) => plan::run(args).await,
             #[cfg(feature = "train")]
             Command::Eval(args) => eval::run(args).await,
+            #[cfg(feature = "train")]
+            Command::Export(args) => export::run(args).await,
             #[cfg(feature = "train")]
             Command::Bench(command) => crate::bench::run(command).await,
         }

@@ -146,6 +146,11 @@ pub struct TrainArgs {
     /// --checkpoint-dir names another.
     #[arg(long)]
     resume: Option<PathBuf>,
+    /// Start from the parameters in this safetensors file (`headroom export`'s, or a state
+    /// dict saved from web/compare's PyTorch definitions of the same network) instead of
+    /// fresh ones. Names and shapes must match the model the flags build.
+    #[arg(long, conflicts_with = "resume")]
+    init: Option<PathBuf>,
 }
 
 impl TrainArgs {
@@ -389,7 +394,14 @@ async fn start(args: &TrainArgs) -> anyhow::Result<(Trainer, Progress, DataSourc
         let config = args.config();
         let data = args.data.clone().context("--data is required")?;
         let source = DataSource::open(&data, config.stream_options()).await?;
-        let trainer = Trainer::new(config, &source, device, backend)?;
+        let mut trainer = Trainer::new(config, &source, device, backend)?;
+        if let Some(path) = &args.init {
+            let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            trainer
+                .load_weights(&bytes)
+                .with_context(|| format!("--init {}", path.display()))?;
+            println!("starting from the parameters in {}", path.display());
+        }
         return Ok((trainer, Progress::default(), source, data));
     };
     let (saved_data, saved) = checkpoint_dir::load(dir)?;

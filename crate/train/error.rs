@@ -35,6 +35,8 @@ pub enum TrainError {
     Readback(String),
     #[error("the saved run cannot be used: {0}")]
     Checkpoint(String),
+    #[error("the weights file cannot be used: {0}")]
+    Weights(String),
 }
 
 impl TrainError {
@@ -47,7 +49,7 @@ impl TrainError {
             TrainError::CapTooSmall { .. } => ErrorKind::CapTooSmall,
             TrainError::CapExceeded { .. } => ErrorKind::CapExceeded,
             TrainError::Readback(_) => ErrorKind::Readback,
-            TrainError::Checkpoint(_) => ErrorKind::BadCheckpoint,
+            TrainError::Checkpoint(_) | TrainError::Weights(_) => ErrorKind::BadCheckpoint,
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod probe;
 pub mod quantize;
 pub mod recompute;
 pub mod run;
+pub mod safetensors;
 pub mod saved_run;
 pub mod schedule;
 pub mod step;

@@ -6,7 +6,7 @@
 //! from the step, the order of chunks and samples from the seed and the epoch, so neither
 //! is stored. Where the bytes go (files natively) is the caller's business.
 
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::module::Module;
 use burn::prelude::*;
 use burn::store::ModuleRecord;
 use burn::tensor::Bytes;
@@ -16,6 +16,7 @@ use super::config::{Precision, TrainConfig};
 use super::error::TrainError;
 use super::precision::LossScaler;
 use super::run::{History, Progress};
+use super::tensors::cpu_copy;
 use super::trainer::Trainer;
 use crate::data::chunk::sha256_hex;
 use crate::data::{BatchReader, DataSource, ReaderPosition, Split};
@@ -76,46 +77,10 @@ fn unusable(what: &str, error: impl std::fmt::Display) -> TrainError {
     TrainError::Checkpoint(format!("{what}: {error}"))
 }
 
-/// Every float parameter, flattened, in the module's visiting order.
-struct Collect(Vec<Tensor<1>>);
-
-impl ModuleVisitor for Collect {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        let value = param.val();
-        let elements = value.shape().num_elements();
-        self.0.push(value.reshape([elements]));
-    }
-}
-
-/// Replaces every float parameter with the next of `values` on the CPU, in the same order,
-/// keeping its id.
-struct Fill(std::vec::IntoIter<TensorData>, Device);
-
-impl ModuleMapper for Fill {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-        let values = self.0.next().expect("the same model has the same parameters");
-        param.map(|tensor| Tensor::<1>::from_data(values, &self.1).reshape(tensor.shape()))
-    }
-}
-
-/// The parameters as a burnpack blob, ids included (they key the optimizer's state). Read
-/// back asynchronously, as a browser's GPU requires, into a CPU copy that is recorded.
+/// The parameters as a burnpack blob, ids included (they key the optimizer's state).
 pub async fn model_bytes(model: &Model) -> Result<Vec<u8>, TrainError> {
-    let mut collect = Collect(Vec::new());
-    model.visit(&mut collect);
-    let mut values = Vec::with_capacity(collect.0.len());
-    for tensor in collect.0 {
-        let data = tensor
-            .into_data_async()
-            .await
-            .map_err(|e| TrainError::Readback(format!("{e:?}")))?;
-        values.push(data);
-    }
-    // burn's CPU backend on every target (the browser's build has no other).
-    let cpu = Device::flex();
-    let bytes = model
-        .clone()
-        .map(&mut Fill(values.into_iter(), cpu))
+    let bytes = cpu_copy(model)
+        .await?
         .into_record()
         .into_bytes()
         .map_err(|e| unusable("writing the parameters", e))?;

@@ -1,11 +1,13 @@
 //! Batches of bytes from the data pipeline, as tensors on the training device.
 
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::prelude::*;
 use burn::tensor::{DType, TensorData, f16};
 
 use super::config::Precision;
+use super::error::TrainError;
 use crate::data::Batch;
-use crate::model::{InputKind, InputShape, ModelInput};
+use crate::model::{InputKind, InputShape, Model, ModelInput};
 
 /// Pixels scaled to [0, 1], shaped [samples, 1, height, width], uploaded in `precision`
 /// (an f16 batch never exists as f32 on the device). The dtype is named at creation:
@@ -66,4 +68,43 @@ fn tokens(windows: &[u8], window: usize, device: &Device) -> Tensor<2, Int> {
         .collect();
     let rows = windows.len() / window;
     Tensor::<2, Int>::from_data(TensorData::new(ids, [rows, window - 1]), device)
+}
+
+/// Every float parameter, flattened, in the module's visiting order.
+struct Collect(Vec<Tensor<1>>);
+
+impl ModuleVisitor for Collect {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let value = param.val();
+        let elements = value.shape().num_elements();
+        self.0.push(value.reshape([elements]));
+    }
+}
+
+/// Replaces every float parameter with the next of `values` on the CPU, in the same order,
+/// keeping its id.
+struct Fill(std::vec::IntoIter<TensorData>, Device);
+
+impl ModuleMapper for Fill {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let values = self.0.next().expect("the same model has the same parameters");
+        param.map(|tensor| Tensor::<1>::from_data(values, &self.1).reshape(tensor.shape()))
+    }
+}
+
+/// A copy of the model on burn's CPU backend (the only one on every target, the browser's
+/// included), read back asynchronously, as a browser's GPU requires. Parameters keep their
+/// ids and dtypes.
+pub async fn cpu_copy(model: &Model) -> Result<Model, TrainError> {
+    let mut collect = Collect(Vec::new());
+    model.visit(&mut collect);
+    let mut values = Vec::with_capacity(collect.0.len());
+    for tensor in collect.0 {
+        let data = tensor
+            .into_data_async()
+            .await
+            .map_err(|e| TrainError::Readback(format!("{e:?}")))?;
+        values.push(data);
+    }
+    Ok(model.clone().map(&mut Fill(values.into_iter(), Device::flex())))
 }

@@ -153,6 +153,29 @@ impl Trainer {
         })
     }
 
+    /// Starts from the parameters of a safetensors file in PyTorch's names and layouts
+    /// (see [`super::safetensors`]) instead of fresh ones, before the first step. A file that
+    /// does not fit the model is refused by the first mismatch, and the model is kept.
+    pub fn load_weights(&mut self, bytes: &[u8]) -> Result<(), TrainError> {
+        if self.step > 0 {
+            return Err(TrainError::Weights(
+                "a run takes initial weights only before its first step".into(),
+            ));
+        }
+        // f16-pure's parameters are f16: the file's values land in an f32 copy first, so
+        // that each is rounded once, as a fresh f16-pure run rounds its initial weights.
+        let model = match self.precision {
+            Precision::F16Pure => precision::full_copy(self.model()),
+            _ => self.model().clone(),
+        };
+        let loaded = super::safetensors::import(model, &self.config.model, bytes)?;
+        self.model = Some(match self.precision {
+            Precision::F16Pure => precision::half_copy(&loaded),
+            _ => loaded,
+        });
+        Ok(())
+    }
+
     /// How the data pipeline runs, as planned.
     pub fn data_settings(&self) -> DataSettings {
         self.planned.data
@@ -333,6 +356,27 @@ impl Trainer {
     /// Runs in micro-batches, at the training precision: a batch the training step fits
     /// in fits here too, without its gradients.
     pub async fn evaluate(&mut self, source: &DataSource, split: Split) -> Result<EvalRecord, TrainError> {
+        self.evaluate_keeping(source, split, None).await
+    }
+
+    /// [`evaluate`](Self::evaluate), also handing back the logits (one row of `classes`
+    /// per prediction, in the order the split streams them).
+    pub async fn evaluate_logits(
+        &mut self,
+        source: &DataSource,
+        split: Split,
+    ) -> Result<(EvalRecord, Vec<f32>), TrainError> {
+        let mut kept = Vec::new();
+        let record = self.evaluate_keeping(source, split, Some(&mut kept)).await?;
+        Ok((record, kept))
+    }
+
+    async fn evaluate_keeping(
+        &mut self,
+        source: &DataSource,
+        split: Split,
+        mut kept: Option<&mut Vec<f32>>,
+    ) -> Result<EvalRecord, TrainError> {
         let model = match self.precision {
             // f16-pure's parameters are f16 already.
             Precision::F32 | Precision::F16Pure => self.model().valid(),
@@ -359,6 +403,14 @@ impl Trainer {
             let (upload, targets) =
                 tensors::micro_batch(&batch, 0..batch.len(), &self.input, self.precision, &self.device);
             let logits = model.forward(upload()).cast(Precision::F32.dtype());
+            if let Some(kept) = kept.as_deref_mut() {
+                let values = logits.clone().into_data_async().await.map_err(readback)?;
+                kept.extend(
+                    values
+                        .try_into_vec::<f32>()
+                        .map_err(|e| TrainError::Readback(e.to_string()))?,
+                );
+            }
             let [rows] = targets.dims();
             let hits = logits
                 .clone()

@@ -4,33 +4,15 @@ N(0, 0.02) weights), Adam at a constant rate. Prints one JSON object: the steps 
 seconds)."""
 
 import argparse
-import hashlib
 import json
 import time
-import zlib
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-
-def windows(folder: Path, window: int, count: int):
-    """The first `count` training windows, each chunk cut into consecutive windows as the
-    unshuffled stream cuts it, chunks checked as Headroom checks them."""
-    manifest = json.loads((folder / "manifest.json").read_text())
-    found = []
-    for chunk in (c for c in manifest["chunks"] if c["split"] == "train"):
-        compressed = (folder / chunk["file"]).read_bytes()
-        if hashlib.sha256(compressed).hexdigest() != chunk["sha256"]:
-            raise SystemExit(f"{chunk['file']}: sha256 mismatch")
-        tokens = np.frombuffer(zlib.decompress(compressed, -15), dtype=np.uint8)
-        for start in range(0, len(tokens) - window + 1, window):
-            found.append(tokens[start : start + window].astype(np.int64))
-            if len(found) == count:
-                return np.stack(found), len(manifest["vocabulary"])
-    raise SystemExit(f"the training split holds {len(found)} windows of {window}, {count} asked")
+from chunks import windows
 
 
 class Block(nn.Module):
