@@ -49,10 +49,8 @@ fn step_losses(args: &[&str]) -> Vec<f64> {
         .collect()
 }
 
-/// Trains `model_flags` 3 unshuffled steps on `data`, saves the run and exports it.
-fn trained_and_exported(dir: &Path, data: &str, model_flags: &[&str]) -> PathBuf {
-    let run = dir.join("run");
-    let file = dir.join("model.safetensors");
+/// `headroom train` on flex in file order, without evaluations.
+fn unshuffled_on_flex<'a>(data: &'a str, model_flags: &[&'a str], more: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "train",
         "--data",
@@ -63,26 +61,30 @@ fn trained_and_exported(dir: &Path, data: &str, model_flags: &[&str]) -> PathBuf
         "--no-shuffle",
     ];
     args.extend(model_flags);
-    args.extend(["--steps", "3", "--save", run.to_str().unwrap()]);
-    succeed(&args);
+    args.extend(more);
+    args
+}
+
+/// Trains `model_flags` 3 unshuffled steps on `data`, saves the run and exports it.
+fn trained_and_exported(dir: &Path, data: &str, model_flags: &[&str]) -> PathBuf {
+    let run = dir.join("run");
+    let file = dir.join("model.safetensors");
+    succeed(&unshuffled_on_flex(
+        data,
+        model_flags,
+        &["--steps", "3", "--save", run.to_str().unwrap()],
+    ));
     succeed(&["export", run.to_str().unwrap(), "--out", file.to_str().unwrap()]);
     file
 }
 
 /// The first step's loss of a run started from `file`.
 fn first_loss_from(file: &Path, data: &str, model_flags: &[&str]) -> f64 {
-    let mut args = vec![
-        "train",
-        "--data",
+    step_losses(&unshuffled_on_flex(
         data,
-        "--backend",
-        "flex",
-        "--no-eval",
-        "--no-shuffle",
-    ];
-    args.extend(model_flags);
-    args.extend(["--steps", "1", "--init", file.to_str().unwrap()]);
-    step_losses(&args)[0]
+        model_flags,
+        &["--steps", "1", "--init", file.to_str().unwrap()],
+    ))[0]
 }
 
 #[test]
@@ -153,19 +155,7 @@ fn starts_where_it_was_exported(data: &str, flags: &[&str], batch: &str) {
         "{flags:?}: first step {first}, the exported run {exported}"
     );
     // A fresh run's first loss differs: the file's weights were taken.
-    let mut args = vec![
-        "train",
-        "--data",
-        data,
-        "--backend",
-        "flex",
-        "--no-eval",
-        "--no-shuffle",
-        "--steps",
-        "1",
-    ];
-    args.extend(flags);
-    let fresh = step_losses(&args)[0];
+    let fresh = step_losses(&unshuffled_on_flex(data, flags, &["--steps", "1"]))[0];
     assert!(
         (fresh - exported).abs() > 1e-3,
         "{flags:?}: fresh {fresh}, exported {exported}"

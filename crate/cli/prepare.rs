@@ -1,4 +1,4 @@
-//! `headroom prepare`: IDX files, text or generated images into compressed, checksummed
+//! `headroom prepare`: IDX files, text, a folder of images or generated images into compressed, checksummed
 //! chunks and their manifest.
 
 use std::path::PathBuf;
@@ -7,10 +7,11 @@ use anyhow::Context;
 use clap::Args;
 use clap::builder::TypedValueParser;
 
-use crate::data::Codec;
+use crate::data::images::{self, ImageOptions};
 use crate::data::import::{self, DEFAULT_IDX_SOURCE, Provenance};
 use crate::data::text::DEFAULT_CHUNK_TOKENS;
 use crate::data::writer::{DEFAULT_CHUNK_SAMPLES, WriterOptions};
+use crate::data::{Codec, Manifest};
 
 #[derive(Args)]
 pub struct PrepareArgs {
@@ -38,7 +39,72 @@ pub struct PrepareArgs {
     /// 10% of the text is the test split.
     #[arg(long, num_args = 1.., value_name = "FILE", conflicts_with_all = ["synthetic", "source"])]
     text: Vec<PathBuf>,
+    /// A folder of PNG and JPEG images, one subfolder per class (named after it), to
+    /// prepare for the MLP and the CNN: made grey, resized to --image-size, split by
+    /// --test-fraction of each class (drawn by --seed). Files that do not decode are skipped
+    /// and counted. The name defaults to the folder's.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["synthetic", "source", "text"])]
+    images: Option<PathBuf>,
+    /// With --images: WIDTHxHEIGHT, or one number for a square.
+    #[arg(long, default_value = "28x28", value_parser = parse_size)]
+    image_size: (u32, u32),
+    /// With --images: the share of each class that goes to the test split.
+    #[arg(long, default_value_t = 0.2)]
+    test_fraction: f64,
 }
+
+fn parse_size(text: &str) -> Result<(u32, u32), String> {
+    let number = |s: &str| {
+        s.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("`{text}` is not WIDTHxHEIGHT (28x28) or one number"))
+    };
+    match text.split_once(['x', 'X']) {
+        Some((width, height)) => Ok((number(width)?, number(height)?)),
+        None => number(text).map(|side| (side, side)),
+    }
+}
+
+/// `--images`: the dataset, and what was skipped said on the way.
+fn prepare_images(
+    dir: &std::path::Path,
+    args: &PrepareArgs,
+    options: WriterOptions,
+) -> anyhow::Result<Manifest> {
+    let name = match &args.name {
+        Some(name) => name.clone(),
+        None => dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .context("--images names no folder: pass --name")?,
+    };
+    let (width, height) = args.image_size;
+    let image_options = ImageOptions {
+        width,
+        height,
+        test_fraction: args.test_fraction,
+        seed: args.seed,
+    };
+    let (manifest, report) =
+        images::import_images(dir, &name, &args.out_root.join(&name), image_options, options)
+            .with_context(|| format!("preparing the images in {}", dir.display()))?;
+    let classes: Vec<String> = report.classes.iter().map(|(c, n)| format!("{c} {n}")).collect();
+    println!("{} classes: {}", report.classes.len(), classes.join(", "));
+    for class in &report.empty_classes {
+        println!("left out the class {class}: no readable image in its folder");
+    }
+    println!("skipped {} files", report.skipped.len());
+    for skipped in report.skipped.iter().take(SKIPPED_SHOWN) {
+        println!("  {}: {}", skipped.path.display(), skipped.why);
+    }
+    if report.skipped.len() > SKIPPED_SHOWN {
+        println!("  and {} more", report.skipped.len() - SKIPPED_SHOWN);
+    }
+    Ok(manifest)
+}
+
+/// Skipped files named one by one; the rest counted.
+const SKIPPED_SHOWN: usize = 10;
 
 pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
     let text = !args.text.is_empty();
@@ -52,6 +118,10 @@ pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
         codec: args.codec,
     };
     let manifest = match args.synthetic {
+        None if args.images.is_some() => {
+            let dir = args.images.clone().expect("matched above");
+            prepare_images(&dir, &args, options)?
+        }
         None if text => {
             let name = args
                 .name
@@ -78,7 +148,7 @@ pub fn run(args: PrepareArgs) -> anyhow::Result<()> {
     for source in &manifest.sources {
         let verdict = match import::provenance(source) {
             Provenance::Known => "matches the published file",
-            Provenance::Unknown if text => "recorded in the manifest",
+            Provenance::Unknown if text || args.images.is_some() => "recorded in the manifest",
             Provenance::Unknown => "not a file this build knows; check it yourself",
         };
         println!("source {} sha256 {} ({verdict})", source.file, source.sha256);

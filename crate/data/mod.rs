@@ -17,6 +17,8 @@ pub mod synthetic;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod idx;
 #[cfg(not(target_arch = "wasm32"))]
+pub mod images;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod import;
 pub mod text;
 #[cfg(not(target_arch = "wasm32"))]
