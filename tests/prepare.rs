@@ -315,13 +315,18 @@ fn text_becomes_token_chunks_split_by_position() {
 #[test]
 fn bad_text_is_a_clear_error_and_leaves_nothing_behind() {
     let many_symbols: String = (0..300u32).filter_map(|i| char::from_u32(0x4e00 + i)).collect();
-    let cases: [(&str, Vec<u8>, &str); 3] = [
+    let cases: [(&str, Vec<u8>, &str); 4] = [
         (
             "not UTF-8",
             b"To be \xff or not".to_vec(),
             "is not UTF-8 text (invalid byte at offset 6)",
         ),
         ("empty", Vec::new(), "the text files are empty"),
+        (
+            "too short",
+            "To be, or not to be.".into(),
+            "too short: 20 characters, at least 100",
+        ),
         (
             "too many symbols",
             many_symbols.into_bytes(),
@@ -350,5 +355,33 @@ fn bad_text_is_a_clear_error_and_leaves_nothing_behind() {
             !out.exists() || entries(&out).is_empty(),
             "{case}: left files behind"
         );
+    }
+}
+
+/// The page prepares dropped text in memory (crate/wasm/text.rs): the same manifest and the
+/// same chunk bytes as `prepare --text` writes to a folder.
+#[test]
+fn text_prepared_in_memory_is_the_folders_byte_for_byte() {
+    use headroom::data::text::{corpus, text_description, write_corpus};
+    use headroom::data::writer::{DatasetWriter, WriterOptions};
+    let root = tempfile::tempdir().unwrap();
+    let text = "It is a tale told by an idiot, full of sound and fury.\n".repeat(40);
+    let file = root.path().join("tale.txt");
+    std::fs::write(&file, &text).unwrap();
+    let options = WriterOptions {
+        chunk_samples: 300,
+        ..WriterOptions::default()
+    };
+    let folder = root.path().join("tale");
+    let written =
+        headroom::data::import::import_text(std::slice::from_ref(&file), "tale", &folder, options).unwrap();
+    let corpus = corpus(&[("tale.txt".to_string(), text.into_bytes())]).unwrap();
+    let mut writer = DatasetWriter::in_memory(text_description("tale", &corpus), options).unwrap();
+    write_corpus(&mut writer, &corpus).unwrap();
+    let (manifest, chunks) = writer.finish_in_memory().unwrap();
+    assert_eq!(manifest, written);
+    assert_eq!(chunks.len(), written.chunks.len());
+    for (name, bytes) in chunks {
+        assert_eq!(bytes, std::fs::read(folder.join(&name)).unwrap(), "{name}");
     }
 }

@@ -7,7 +7,7 @@ use super::error::DataError;
 use super::idx::read_idx;
 use super::manifest::{Manifest, SourceFile, Split};
 use super::synthetic::{self, SyntheticImages};
-use super::text::{CharTokenizer, TEST_FRACTION};
+use super::text::{corpus, text_description, write_corpus};
 use super::writer::{DatasetDescription, DatasetWriter, WriterOptions};
 
 pub const DEFAULT_IDX_SOURCE: &str = "/usr/share/datasets/fashion-mnist";
@@ -201,66 +201,27 @@ pub fn generate_synthetic(
     writer.finish()
 }
 
-fn read_utf8(path: &Path) -> Result<(String, SourceFile), DataError> {
-    let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
-    let source = SourceFile {
-        file: path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        sha256: sha256_hex(&bytes),
-    };
-    let text = String::from_utf8(bytes).map_err(|e| {
-        DataError::Import(format!(
-            "{} is not UTF-8 text (invalid byte at offset {})",
-            path.display(),
-            e.utf8_error().valid_up_to()
-        ))
-    })?;
-    Ok((text, source))
-}
-
-/// Text to token chunks, split into train and test by position. Writes the concatenated `files` to `out_dir` as a text dataset named `name`: the last
-/// [`TEST_FRACTION`] of the tokens is the test split. Nothing is left behind on an error.
+/// Text to token chunks, split into train and test by position. Writes the concatenated
+/// `files` to `out_dir` as a text dataset named `name`: the last
+/// [`TEST_FRACTION`](super::text::TEST_FRACTION) of the
+/// tokens is the test split (the rules: [`corpus`]). Nothing is left behind on an error.
 pub fn import_text(
     files: &[PathBuf],
     name: &str,
     out_dir: &Path,
     options: WriterOptions,
 ) -> Result<Manifest, DataError> {
-    if files.is_empty() {
-        return Err(DataError::Import("no text files given".into()));
-    }
-    let mut text = String::new();
-    let mut sources = Vec::new();
+    let mut read = Vec::new();
     for path in files {
-        let (part, source) = read_utf8(path)?;
-        text.push_str(&part);
-        sources.push(source);
+        let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        read.push((name, bytes));
     }
-    if text.is_empty() {
-        return Err(DataError::Import("the text files are empty".into()));
-    }
-    let tokenizer = CharTokenizer::of(&text)?;
-    let tokens = tokenizer.encode(&text).expect("the vocabulary is the text's own");
-    let test_tokens = (tokens.len() as f64 * TEST_FRACTION).round() as usize;
-    if test_tokens == 0 {
-        return Err(DataError::Import(format!(
-            "{} characters leave none for the test split",
-            tokens.len()
-        )));
-    }
-    let description = DatasetDescription {
-        name: name.to_string(),
-        version: "1".into(),
-        sample_shape: vec![1],
-        class_names: Vec::new(),
-        sources,
-        vocabulary: Some(tokenizer.vocabulary()),
-    };
-    let (train, test) = tokens.split_at(tokens.len() - test_tokens);
-    let mut writer = DatasetWriter::create(out_dir, description, options)?;
-    writer.push_tokens(Split::Train, train)?;
-    writer.push_tokens(Split::Test, test)?;
+    let corpus = corpus(&read)?;
+    let mut writer = DatasetWriter::create(out_dir, text_description(name, &corpus), options)?;
+    write_corpus(&mut writer, &corpus)?;
     writer.finish()
 }

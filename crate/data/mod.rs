@@ -21,7 +21,6 @@ pub mod images;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod import;
 pub mod text;
-#[cfg(not(target_arch = "wasm32"))]
 pub mod writer;
 
 pub use batch::{Batch, BatchReader, ReaderPosition};

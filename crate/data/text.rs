@@ -2,7 +2,10 @@
 
 use std::collections::BTreeSet;
 
+use super::chunk::sha256_hex;
 use super::error::DataError;
+use super::manifest::{SourceFile, Split};
+use super::writer::{DatasetDescription, DatasetWriter};
 
 /// Tokens are one byte: at most this many distinct symbols.
 pub const MAX_SYMBOLS: usize = 256;
@@ -11,6 +14,79 @@ pub const MAX_SYMBOLS: usize = 256;
 pub const DEFAULT_CHUNK_TOKENS: usize = 65536;
 /// The share of the text, from its end, kept for the test split (nanoGPT's 10%).
 pub const TEST_FRACTION: f64 = 0.1;
+
+/// Fewer characters are refused: too little to cut a window and a test split from.
+pub const MIN_TEXT_CHARACTERS: usize = 100;
+
+/// A corpus as a text dataset holds it: its vocabulary, and its tokens split by position.
+pub struct Corpus {
+    pub vocabulary: Vec<String>,
+    pub train: Vec<u8>,
+    pub test: Vec<u8>,
+    /// Each file's name and sha256, in order.
+    pub sources: Vec<SourceFile>,
+}
+
+/// `files` (a name and its bytes each) as one character-level corpus: the same rules for
+/// `headroom prepare --text` and for text dropped into the page. Refused in words: a file
+/// that is not UTF-8 (named), an empty or too short text, too many distinct characters.
+pub fn corpus(files: &[(String, Vec<u8>)]) -> Result<Corpus, DataError> {
+    if files.is_empty() {
+        return Err(DataError::Import("no text files given".into()));
+    }
+    let mut text = String::new();
+    let mut sources = Vec::new();
+    for (name, bytes) in files {
+        let part = std::str::from_utf8(bytes).map_err(|e| {
+            DataError::Import(format!(
+                "{name} is not UTF-8 text (invalid byte at offset {})",
+                e.valid_up_to()
+            ))
+        })?;
+        text.push_str(part);
+        sources.push(SourceFile {
+            file: name.clone(),
+            sha256: sha256_hex(bytes),
+        });
+    }
+    if text.is_empty() {
+        return Err(DataError::Import("the text files are empty".into()));
+    }
+    let characters = text.chars().count();
+    if characters < MIN_TEXT_CHARACTERS {
+        return Err(DataError::Import(format!(
+            "the text is too short: {characters} characters, at least {MIN_TEXT_CHARACTERS} (a tenth of it is the test split)"
+        )));
+    }
+    let tokenizer = CharTokenizer::of(&text)?;
+    let tokens = tokenizer.encode(&text).expect("the vocabulary is the text's own");
+    let test_tokens = (tokens.len() as f64 * TEST_FRACTION).round() as usize;
+    let (train, test) = tokens.split_at(tokens.len() - test_tokens);
+    Ok(Corpus {
+        vocabulary: tokenizer.vocabulary(),
+        train: train.to_vec(),
+        test: test.to_vec(),
+        sources,
+    })
+}
+
+/// What a text dataset of `corpus` named `name` is, before its chunks are written.
+pub fn text_description(name: &str, corpus: &Corpus) -> DatasetDescription {
+    DatasetDescription {
+        name: name.to_string(),
+        version: "1".into(),
+        sample_shape: vec![1],
+        class_names: Vec::new(),
+        sources: corpus.sources.clone(),
+        vocabulary: Some(corpus.vocabulary.clone()),
+    }
+}
+
+/// The corpus's tokens into `writer`'s chunks, train then test.
+pub fn write_corpus(writer: &mut DatasetWriter, corpus: &Corpus) -> Result<(), DataError> {
+    writer.push_tokens(Split::Train, &corpus.train)?;
+    writer.push_tokens(Split::Test, &corpus.test)
+}
 
 /// The corpus's symbols in a fixed order, and the text as indices into them.
 #[derive(Clone, Debug, PartialEq)]

@@ -46,11 +46,25 @@ struct PendingChunk {
     written: usize,
 }
 
+/// Chunks kept in memory: each file's name and bytes.
+pub type MemoryChunks = Vec<(String, Vec<u8>)>;
+
+/// Where the chunks go.
+enum Sink {
+    /// A hidden folder beside `final_dir`, renamed into place when whole.
+    Folder {
+        final_dir: PathBuf,
+        partial_dir: PathBuf,
+    },
+    /// Kept as (file name, bytes): the page writes them into the browser's storage.
+    Memory(MemoryChunks),
+}
+
 /// Writes a dataset into a hidden sibling folder and renames it into place on `finish`,
-/// so a failed import never leaves a partial dataset where a reader would find it.
+/// so a failed import never leaves a partial dataset where a reader would find it; or, for
+/// the page, into memory ([`DatasetWriter::in_memory`]).
 pub struct DatasetWriter {
-    final_dir: PathBuf,
-    partial_dir: PathBuf,
+    sink: Sink,
     manifest: Manifest,
     options: WriterOptions,
     pending: BTreeMap<Split, PendingChunk>,
@@ -76,6 +90,28 @@ impl DatasetWriter {
             std::fs::remove_dir_all(&partial_dir).map_err(|e| DataError::io(&partial_dir, e))?;
         }
         std::fs::create_dir(&partial_dir).map_err(|e| DataError::io(&partial_dir, e))?;
+        let sink = Sink::Folder {
+            final_dir: out_dir.to_path_buf(),
+            partial_dir,
+        };
+        DatasetWriter::with_sink(sink, description, options)
+    }
+
+    /// A writer that keeps the chunks in memory ([`finish_in_memory`](Self::finish_in_memory)).
+    pub fn in_memory(description: DatasetDescription, options: WriterOptions) -> Result<Self, DataError> {
+        if options.chunk_samples == 0 {
+            return Err(DataError::InvalidOption(
+                "chunk size must be at least 1 sample".into(),
+            ));
+        }
+        DatasetWriter::with_sink(Sink::Memory(Vec::new()), description, options)
+    }
+
+    fn with_sink(
+        sink: Sink,
+        description: DatasetDescription,
+        options: WriterOptions,
+    ) -> Result<Self, DataError> {
         let manifest = Manifest {
             format: FORMAT_NAME.into(),
             format_version: FORMAT_VERSION,
@@ -91,8 +127,7 @@ impl DatasetWriter {
             vocabulary: description.vocabulary,
         };
         Ok(DatasetWriter {
-            final_dir: out_dir.to_path_buf(),
-            partial_dir,
+            sink,
             manifest,
             options,
             pending: BTreeMap::new(),
@@ -162,8 +197,13 @@ impl DatasetWriter {
         let compressed = self.options.codec.compress(&raw);
         let file = format!("{split}-{:05}.{}", pending.written, self.options.codec.name());
         pending.written += 1;
-        let path = self.partial_dir.join(&file);
-        std::fs::write(&path, &compressed).map_err(|e| DataError::io(&path, e))?;
+        match &mut self.sink {
+            Sink::Folder { partial_dir, .. } => {
+                let path = partial_dir.join(&file);
+                std::fs::write(&path, &compressed).map_err(|e| DataError::io(&path, e))?;
+            }
+            Sink::Memory(chunks) => chunks.push((file.clone(), compressed.clone())),
+        }
         *self.manifest.counts.entry(split).or_default() += samples;
         self.manifest.chunks.push(ChunkEntry {
             file,
@@ -179,21 +219,26 @@ impl DatasetWriter {
 
     /// Writes the manifest and moves the dataset into place, replacing an older one.
     pub fn finish(mut self) -> Result<Manifest, DataError> {
-        for split in [Split::Train, Split::Test] {
-            self.flush(split)?;
-        }
-        self.manifest.validate().map_err(DataError::Import)?;
-        let manifest_path = self.partial_dir.join(MANIFEST_FILE);
+        self.flush_all()?;
+        let Sink::Folder {
+            final_dir,
+            partial_dir,
+        } = &self.sink
+        else {
+            return Err(DataError::Import(
+                "an in-memory dataset ends with finish_in_memory".into(),
+            ));
+        };
+        let (final_dir, partial_dir) = (final_dir.clone(), partial_dir.clone());
+        let manifest_path = partial_dir.join(MANIFEST_FILE);
         let text = serde_json::to_string_pretty(&self.manifest).expect("a manifest always serializes");
         std::fs::write(&manifest_path, text).map_err(|e| DataError::io(&manifest_path, e))?;
-        let retired = self
-            .final_dir
-            .with_extension(format!("retired-{}", std::process::id()));
-        let replacing = self.final_dir.exists();
+        let retired = final_dir.with_extension(format!("retired-{}", std::process::id()));
+        let replacing = final_dir.exists();
         if replacing {
-            std::fs::rename(&self.final_dir, &retired).map_err(|e| DataError::io(&self.final_dir, e))?;
+            std::fs::rename(&final_dir, &retired).map_err(|e| DataError::io(&final_dir, e))?;
         }
-        std::fs::rename(&self.partial_dir, &self.final_dir).map_err(|e| DataError::io(&self.final_dir, e))?;
+        std::fs::rename(&partial_dir, &final_dir).map_err(|e| DataError::io(&final_dir, e))?;
         self.finished = true;
         if replacing {
             std::fs::remove_dir_all(&retired).map_err(|e| DataError::io(&retired, e))?;
@@ -202,10 +247,30 @@ impl DatasetWriter {
     }
 }
 
+impl DatasetWriter {
+    fn flush_all(&mut self) -> Result<(), DataError> {
+        for split in [Split::Train, Split::Test] {
+            self.flush(split)?;
+        }
+        self.manifest.validate().map_err(DataError::Import)
+    }
+
+    /// The manifest and every chunk (file name, bytes) of an [`in_memory`](Self::in_memory)
+    /// writer.
+    pub fn finish_in_memory(mut self) -> Result<(Manifest, MemoryChunks), DataError> {
+        self.flush_all()?;
+        self.finished = true;
+        match std::mem::replace(&mut self.sink, Sink::Memory(Vec::new())) {
+            Sink::Memory(chunks) => Ok((self.manifest.clone(), chunks)),
+            Sink::Folder { .. } => Err(DataError::Import("a dataset in a folder ends with finish".into())),
+        }
+    }
+}
+
 impl Drop for DatasetWriter {
     fn drop(&mut self) {
-        if !self.finished {
-            let _ = std::fs::remove_dir_all(&self.partial_dir);
+        if let (false, Sink::Folder { partial_dir, .. }) = (self.finished, &self.sink) {
+            let _ = std::fs::remove_dir_all(partial_dir);
         }
     }
 }
