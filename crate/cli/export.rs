@@ -1,7 +1,6 @@
 //! `headroom export`: a saved run's parameters as a safetensors file that PyTorch's
 //! definitions of the same networks load as they are (crate/train/safetensors.rs).
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -10,7 +9,7 @@ use clap::Args;
 
 use super::checkpoint_dir;
 use crate::data::DataSource;
-use crate::train::{safetensors, saved_run};
+use crate::train::saved_run;
 use crate::units::format_bytes;
 
 #[derive(Args)]
@@ -41,12 +40,7 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
         Device::flex(),
         "flex",
     )?;
-    let mut extra = HashMap::from([("headroom.step".to_string(), trainer.step().to_string())]);
-    if let Some(vocabulary) = &source.manifest().vocabulary {
-        extra.insert("headroom.vocabulary".into(), serde_json::to_string(vocabulary)?);
-    }
-    let bytes =
-        safetensors::export(trainer.model(), &trainer.config().model, &trainer.input(), extra).await?;
+    let bytes = saved_run::safetensors_bytes(&trainer, &source).await?;
     super::checkpoint_dir::write_atomically(&args.out, &bytes)?;
     println!(
         "wrote the {} at step {} to {} ({}, f32, PyTorch's names and layouts)",

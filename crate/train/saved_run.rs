@@ -16,6 +16,7 @@ use super::config::{Precision, TrainConfig};
 use super::error::TrainError;
 use super::precision::LossScaler;
 use super::run::{History, Progress};
+use super::safetensors;
 use super::tensors::cpu_copy;
 use super::trainer::Trainer;
 use crate::data::chunk::sha256_hex;
@@ -85,6 +86,19 @@ pub async fn model_bytes(model: &Model) -> Result<Vec<u8>, TrainError> {
         .into_bytes()
         .map_err(|e| unusable("writing the parameters", e))?;
     Ok(bytes.to_vec())
+}
+
+/// A run's model as [`safetensors::export`] writes it, with the step and, for text, the vocabulary (the
+/// characters in token order) in the metadata: what `headroom export` and the page's
+/// "Download model (safetensors)" give.
+pub async fn safetensors_bytes(trainer: &Trainer, source: &DataSource) -> Result<Vec<u8>, TrainError> {
+    let mut extra =
+        std::collections::HashMap::from([("headroom.step".to_string(), trainer.step().to_string())]);
+    if let Some(vocabulary) = &source.manifest().vocabulary {
+        let json = serde_json::to_string(vocabulary).expect("strings serialize");
+        extra.insert("headroom.vocabulary".into(), json);
+    }
+    safetensors::export(trainer.model(), &trainer.config().model, &trainer.input(), extra).await
 }
 
 impl Checkpoint {

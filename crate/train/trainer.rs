@@ -21,7 +21,7 @@ use crate::memory::{
     Calibration, Candidate, DataSettings, Enforcement, Enforcer, MemorySample, MemoryTracker, Phase, Plan,
     Verdict, recomputed_inputs,
 };
-use crate::model::generate::generate;
+use crate::model::generate::{SampleSettings, generate};
 use crate::model::{InputShape, Model};
 
 /// Steps a loss scale of 1 may still overflow in a row before the run counts as diverged.
@@ -455,24 +455,51 @@ impl Trainer {
         if settings.generation.tokens == 0 {
             return Ok(None);
         }
+        self.generate_with(&model, vocabulary, &settings.prompt, &settings.generation)
+            .await
+            .map(Some)
+    }
+
+    /// Text the GPT writes now from `prompt`, as `settings` say (the page's Generate box).
+    pub async fn generate_text(
+        &self,
+        source: &DataSource,
+        prompt: &str,
+        settings: &SampleSettings,
+    ) -> Result<TextSample, TrainError> {
+        let (Model::Gpt(model), Some(vocabulary)) = (self.model().valid(), &source.manifest().vocabulary)
+        else {
+            return Err(TrainError::Config(
+                "only the GPT on a text dataset writes text".into(),
+            ));
+        };
+        self.generate_with(&model, vocabulary, prompt, settings).await
+    }
+
+    async fn generate_with(
+        &self,
+        model: &crate::model::Gpt,
+        vocabulary: &[String],
+        prompt: &str,
+        settings: &SampleSettings,
+    ) -> Result<TextSample, TrainError> {
         let tokenizer = CharTokenizer::from_vocabulary(vocabulary).map_err(TrainError::Dataset)?;
-        let prompt = tokenizer
-            .encode(&settings.prompt)
+        let encoded = tokenizer
+            .encode(prompt)
             .filter(|p| !p.is_empty())
             .ok_or_else(|| {
                 TrainError::Config(format!(
-                    "the sampling prompt {:?} is empty or has characters outside the corpus",
-                    settings.prompt
+                    "the prompt {prompt:?} is empty or has characters outside the corpus"
                 ))
             })?;
-        let tokens = generate(&model, &prompt, &settings.generation, &self.device)
+        let tokens = generate(model, &encoded, settings, &self.device)
             .await
             .map_err(readback)?;
-        Ok(Some(TextSample {
+        Ok(TextSample {
             step: self.step,
-            prompt: settings.prompt.clone(),
+            prompt: prompt.to_string(),
             text: tokenizer.decode(&tokens),
-        }))
+        })
     }
 
     /// What the run starts with, as reported before step 1.

@@ -2,6 +2,7 @@
 
 pub mod device;
 mod stream;
+mod text;
 mod training;
 
 use wasm_bindgen::prelude::*;

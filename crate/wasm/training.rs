@@ -13,6 +13,7 @@ use super::{data_error_to_js, error_to_js, to_js, train_error_to_js};
 use crate::data::DataSource;
 use crate::data::ErrorKind;
 use crate::memory::{Candidate, MemoryTracker, Plan};
+use crate::model::generate::SampleSettings;
 use crate::train::error::Refusal;
 use crate::train::{Precision, Progress, TrainConfig, TrainError, Trainer, advice, plan, saved_run};
 
@@ -132,6 +133,9 @@ async fn cause_of(error: crate::train::TrainError) -> JsValue {
     }
 }
 
+/// Characters one Generate asks for, at most: each is a forward pass.
+const MAX_GENERATED: usize = 2000;
+
 /// What the page lists of a saved run.
 #[derive(Serialize)]
 struct SavedSummary<'a> {
@@ -184,11 +188,18 @@ impl Training {
     /// Resolves to a `Training` once the device is acquired, the manifest is read and the
     /// plan fits the cap; rejects with the reason otherwise (a cap too small names the cap
     /// that fits).
-    pub fn create(url: String, config: JsValue, backend: String) -> js_sys::Promise {
+    ///
+    /// `init`, where given, is a safetensors file of parameters to start from (see
+    /// `headroom train --init`): one that does not fit the model rejects with
+    /// `bad-checkpoint`, naming the first mismatch.
+    pub fn create(url: String, config: JsValue, backend: String, init: Option<Vec<u8>>) -> js_sys::Promise {
         future_to_promise(async move {
             let (config, acquired, source) = open(&url, config, &backend).await?;
-            let trainer = Trainer::new(config, &source, acquired.device.clone(), acquired.backend)
+            let mut trainer = Trainer::new(config, &source, acquired.device.clone(), acquired.backend)
                 .map_err(train_error_to_js)?;
+            if let Some(bytes) = init {
+                trainer.load_weights(&bytes).map_err(train_error_to_js)?;
+            }
             Ok(Training::new(trainer, Progress::default(), source, acquired).into())
         })
     }
@@ -271,6 +282,47 @@ impl Training {
     pub fn memory(&self) -> Result<JsValue, JsValue> {
         let sample = self.probe.borrow_mut().sample();
         to_js(&sample)
+    }
+
+    /// Resolves to the model's parameters as a safetensors file in PyTorch's names and
+    /// layouts (what `headroom export` writes), read back asynchronously.
+    #[wasm_bindgen(js_name = exportSafetensors)]
+    pub fn export_safetensors(&self) -> js_sys::Promise {
+        let running = self.running.clone();
+        future_to_promise(async move {
+            let state = take(&running, "the run is busy: pause it first")?;
+            let bytes = saved_run::safetensors_bytes(&state.trainer, &state.source).await;
+            *running.borrow_mut() = Some(state);
+            let bytes = bytes.map_err(train_error_to_js)?;
+            Ok(js_sys::Uint8Array::from(bytes.as_slice()).into())
+        })
+    }
+
+    /// Resolves to `{ step, prompt, text }`: `tokens` characters the GPT writes after
+    /// `prompt` at `temperature` (0: the likeliest each time), drawn by `seed`. Between two
+    /// steps only: the worker calls it when the run rests.
+    pub fn generate(&self, prompt: String, tokens: u32, temperature: f32, seed: u32) -> js_sys::Promise {
+        let running = self.running.clone();
+        future_to_promise(async move {
+            if !(0.0..=10.0).contains(&temperature) {
+                return Err(error_to_js(
+                    ErrorKind::BadSettings,
+                    "the temperature must be from 0 to 10",
+                ));
+            }
+            let settings = SampleSettings {
+                tokens: (tokens as usize).min(MAX_GENERATED),
+                temperature,
+                seed: u64::from(seed),
+            };
+            let state = take(&running, "the run is busy: await each call")?;
+            let sample = state
+                .trainer
+                .generate_text(&state.source, &prompt, &settings)
+                .await;
+            *running.borrow_mut() = Some(state);
+            to_js(&sample.map_err(train_error_to_js)?)
+        })
     }
 
     /// Resolves to the model's parameters as a burnpack file (the `model-STEP.bpk` of a run

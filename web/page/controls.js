@@ -2,6 +2,7 @@
 // The run form: read into the Rust TrainConfig, with every bad value named. tsc checks the
 // config built here against the type generated from Rust (web/types, tests/run-all).
 import { fromMiB } from "./format.js";
+import { LOCAL_PREFIX, listLocal } from "./local-data.js";
 
 /** @typedef {import("./types/train-config").TrainConfig} TrainConfig */
 /** @typedef {import("./types/train-config").ModelConfig} ModelConfig */
@@ -128,20 +129,30 @@ function datasetLocation({ url, path }, indexUrl) {
   return url == null ? `data/${path}` : new URL(url, indexUrl).href.replace(/\/$/, "");
 }
 
+/// The server's datasets, then the text kept in this browser (local-data.js). Keeps the
+/// choice where it is still offered; else Fashion-MNIST.
 export async function listDatasets() {
+  const chosen = $("dataset").value;
   const response = await fetch(DATASET_INDEX);
   if (!response.ok) throw new Error(`${DATASET_INDEX}: HTTP ${response.status} (run headroom prepare, or web/play)`);
   const { datasets } = await response.json();
-  if (datasets.length === 0) throw new Error("no datasets prepared (run headroom prepare, or web/play)");
-  const options = datasets.map((entry) => {
+  const local = await listLocal().catch(() => []);
+  if (datasets.length === 0 && local.length === 0) throw new Error("no datasets prepared (run headroom prepare, or web/play)");
+  const options = datasets.map((/** @type {any} */ entry) => {
     const location = datasetLocation(entry, response.url);
     datasetKinds.set(location, entry.kind ?? "images");
     const unit = entry.kind === "text" ? " characters" : "";
     return new Option(`${entry.name} (${entry.train} + ${entry.test}${unit})`, location);
   });
+  for (const { name, train, test } of local) {
+    const location = `${LOCAL_PREFIX}${name}`;
+    datasetKinds.set(location, "text");
+    options.push(new Option(`${name} (${train} + ${test} characters, in this browser)`, location));
+  }
   $("dataset").replaceChildren(...options);
-  const fashion = datasets.findIndex(({ name }) => name === "fashion-mnist");
-  if (fashion >= 0) $("dataset").value = options[fashion].value;
+  const fashion = datasets.findIndex((/** @type {any} */ { name }) => name === "fashion-mnist");
+  if (options.some((o) => o.value === chosen)) $("dataset").value = chosen;
+  else if (fashion >= 0) $("dataset").value = options[fashion].value;
 }
 
 /// Tokens per window when the chosen dataset is text (the GPT's context + 1), else null.

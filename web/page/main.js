@@ -4,6 +4,7 @@ import { Charts, countedBytes } from "./charts.js";
 import { listDatasets, offerF16, onModelChange, readRun } from "./controls.js";
 import { fillTable, formatBytes, formatBytesUp } from "./format.js";
 import { heapNote, sampleHeap } from "./heap.js";
+import { initWeights, onGenerated, onPrepared, onTextError, wireOwnData } from "./own-data.js";
 import { ErrorKind, Reply, Request } from "./protocol.js";
 import { deleteRun, listRuns } from "./saved-runs.js";
 import { showStreamError, showStreamed, wireStreamPanel } from "./stream-panel.js";
@@ -57,6 +58,11 @@ function stale(reply, type) {
   return reply.requestId !== undefined && reply.requestId !== newest[type];
 }
 
+/// A GPT that has trained writes text during the run (between steps) and after it.
+function offerGenerate() {
+  $("generate").disabled = !(page.trained && page.tokensPerSample != null && page.state !== "starting");
+}
+
 function setState(state) {
   page.state = state;
   const idle = state === "ready" || state === "ended";
@@ -66,6 +72,8 @@ function setState(state) {
   $("stop").disabled = state !== "running" && state !== "paused";
   $("export-model").disabled = !(state === "paused" || (state === "ended" && page.trained));
   $("export-run").disabled = $("export-model").disabled;
+  $("export-safetensors").disabled = $("export-model").disabled;
+  offerGenerate();
   $("export-metrics").disabled = log.length === 0;
   $("stream").disabled = state === "loading";
   for (const button of document.querySelectorAll("#saved-list button")) button.disabled = !idle;
@@ -262,6 +270,7 @@ function onEvents(events, at) {
         break;
       case "step":
         page.trained = true;
+        offerGenerate();
         charts.addStep(event.step, event.loss);
         charts.addMemory(at, event.memory);
         $("progress").textContent = `Step ${event.step} of ${page.total} · loss ${event.loss.toFixed(4)} · ${speed(event.samples_per_sec)} · micro-batch ${event.micro_batch}${event.loss_scale ? ` · loss scale ${event.loss_scale}` : ""}${page.perplexity ?? ""}`;
@@ -372,6 +381,16 @@ function onMessage({ data }) {
     case Reply.RUN:
       download("headroom-run.bin", [data.bytes], "application/octet-stream");
       break;
+    case Reply.SAFETENSORS:
+      download("headroom-model.safetensors", [data.bytes], "application/octet-stream");
+      break;
+    case Reply.PREPARED:
+      onPrepared(data, listDatasets).then(schedulePlan, (error) => showError(error.message));
+      break;
+    case Reply.GENERATED:
+      log.push({ event: "generated", at: Date.now(), ...data.sample });
+      onGenerated(data);
+      break;
     case Reply.STREAMED:
       showStreamed(data.manifest, data.figures);
       break;
@@ -391,6 +410,10 @@ function onError(reply) {
     $("plan").textContent = explain(message, kind);
     $("plan").dataset.kind = kind ?? "";
     $("plan").classList.add("refused");
+  } else if (request === Request.PREPARE_TEXT) {
+    onTextError(explain(message, kind), kind ?? "");
+  } else if (request === Request.GENERATE) {
+    $("generated-text").textContent = explain(message, kind);
   } else if (request === Request.STREAM) {
     showStreamError(explain(message, kind));
   } else if (request === "save") {
@@ -456,7 +479,7 @@ function beginRun(status) {
   setState("starting");
 }
 
-$("start").addEventListener("click", () => {
+$("start").addEventListener("click", async () => {
   let run;
   try {
     run = readRun();
@@ -466,7 +489,7 @@ $("start").addEventListener("click", () => {
   }
   beginRun("Starting…");
   log.push({ event: "config", at: Date.now(), ...run });
-  post({ type: Request.START, ...run });
+  post({ type: Request.START, ...run, init: await initWeights() });
 });
 
 function resumeRun(run, status = `Resuming at step ${run.step}…`) {
@@ -533,6 +556,7 @@ $("resume").addEventListener("click", () => post({ type: Request.RESUME }));
 $("stop").addEventListener("click", () => post({ type: Request.STOP }));
 $("export-model").addEventListener("click", () => post({ type: Request.EXPORT }));
 $("export-run").addEventListener("click", () => post({ type: Request.EXPORT_RUN }));
+$("export-safetensors").addEventListener("click", () => post({ type: Request.EXPORT_SAFETENSORS }));
 $("export-metrics").addEventListener("click", () =>
   download("headroom-metrics.jsonl", log.entries().map((entry) => `${JSON.stringify(entry)}\n`), "application/x-ndjson"),
 );
@@ -542,6 +566,7 @@ $("run-form").addEventListener("change", schedulePlan);
 $("backend").addEventListener("change", () => post({ type: Request.DESCRIBE, backend: $("backend").value }));
 $("run-form").addEventListener("submit", (event) => event.preventDefault());
 wireStreamPanel(post);
+wireOwnData(post);
 sampleHeap(({ bytes }) => charts.setHeap(bytes));
 const heapLimit = heapNote();
 $("heap-note").hidden = heapLimit == null;

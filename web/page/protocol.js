@@ -3,11 +3,16 @@
 // Requests (page -> worker):
 //   { type: "describe", backend }                      which device a run would get
 //   { type: "plan", url, config, backend }             the planner's preview
-//   { type: "start", url, config, backend, saveEvery } start a run, saved every saveEvery steps
+//   { type: "start", url, config, backend, saveEvery, init? }
+//                                                      start a run, saved every saveEvery steps,
+//                                                      from init's parameters (safetensors bytes) if given
 //   { type: "resume-saved", id, backend }              go on with a saved run (saved-runs.js)
 //   { type: "pause" } { type: "resume" } { type: "stop" }
 //   { type: "export" }                                 the model as a burnpack file
 //   { type: "export-run" }                             the whole run as a checkpoint blob
+//   { type: "export-safetensors" }                     the model in PyTorch's names and layouts
+//   { type: "prepare-text", name, files }              files ([{ name, bytes }]) as a text dataset kept in the browser
+//   { type: "generate", prompt, tokens, temperature, seed }  text from the GPT (between steps)
 //   { type: "lose-device" }                            test hook: destroy the GPU device (as a driver reset would)
 //   { type: "crash" }                                  test hook: an uncaught error in the worker
 //   { type: "stream", url, split, batch, options }     read one epoch, no training
@@ -24,6 +29,9 @@
 //   { type: "saved", id, step }                        the run was saved (every saveEvery steps, on pause and stop)
 //   { type: "model", bytes }                           answers export (Uint8Array)
 //   { type: "run", bytes }                             answers export-run (Uint8Array)
+//   { type: "safetensors", bytes }                     answers export-safetensors (Uint8Array)
+//   { type: "prepared", name, train, test }            answers prepare-text (tokens in each split)
+//   { type: "generated", sample }                      answers generate (Rust's TextSample)
 //   { type: "streamed", manifest, figures }            answers stream
 //   { type: "error", request, kind, message, refusal? } any failure: its ErrorKind, in plain words;
 //                                                      a refused cap also its figures (Rust's Refusal)
@@ -43,6 +51,9 @@ export const Request = Object.freeze({
   STOP: "stop",
   EXPORT: "export",
   EXPORT_RUN: "export-run",
+  EXPORT_SAFETENSORS: "export-safetensors",
+  PREPARE_TEXT: "prepare-text",
+  GENERATE: "generate",
   LOSE_DEVICE: "lose-device",
   CRASH: "crash",
   STREAM: "stream",
@@ -61,6 +72,9 @@ export const Reply = Object.freeze({
   SAVED: "saved",
   MODEL: "model",
   RUN: "run",
+  SAFETENSORS: "safetensors",
+  PREPARED: "prepared",
+  GENERATED: "generated",
   STREAMED: "streamed",
   ERROR: "error",
 });

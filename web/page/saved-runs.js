@@ -41,31 +41,32 @@ async function checkQuota(bytes) {
   }
 }
 
+/// Writes `data` to `name` in the OPFS `folder`: a reader sees the old file or the whole new
+/// one (local-data.js keeps datasets the same way).
+export async function writeAtomically(folder, name, data) {
+  const temporary = await folder.getFileHandle(`${name}.tmp`, { create: true });
+  const writable = await temporary.createWritable();
+  try {
+    await writable.write(data);
+    await writable.close();
+  } catch (error) {
+    await writable.abort().catch(() => {});
+    throw error;
+  }
+  await temporary.move(name);
+}
+
 const opfs = {
   async folder() {
     const root = await navigator.storage.getDirectory();
     return root.getDirectoryHandle(ROOT, { create: true });
   },
 
-  /// Writes `data` to `name` in `folder`: a reader sees the old file or the whole new one.
-  async writeAtomically(folder, name, data) {
-    const temporary = await folder.getFileHandle(`${name}.tmp`, { create: true });
-    const writable = await temporary.createWritable();
-    try {
-      await writable.write(data);
-      await writable.close();
-    } catch (error) {
-      await writable.abort().catch(() => {});
-      throw error;
-    }
-    await temporary.move(name);
-  },
-
   async save(meta, bytes) {
     const folder = await (await this.folder()).getDirectoryHandle(meta.id, { create: true });
     const runFile = `run-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}.bin`;
-    await this.writeAtomically(folder, runFile, bytes);
-    await this.writeAtomically(folder, META_FILE, JSON.stringify({ ...meta, run_file: runFile }));
+    await writeAtomically(folder, runFile, bytes);
+    await writeAtomically(folder, META_FILE, JSON.stringify({ ...meta, run_file: runFile }));
     // The older checkpoints, now named by no meta; one left by a crash here goes next time.
     const older = [];
     for await (const name of folder.keys()) if (name !== runFile && /^run.*\.bin$/.test(name)) older.push(name);

@@ -1,8 +1,14 @@
 // Runs the wasm module off the page's thread: the page stays responsive while it trains.
 // A run advances one step per call, so pause, resume and stop act between steps.
-import init, { DataStream, Training, describeDevice, planRun } from "../../pkg/headroom.js";
+import init, { DataStream, Training, describeDevice, planRun, prepareText as prepareChunks } from "../../pkg/headroom.js";
+import { saveDataset, serveLocal } from "./local-data.js";
 import { ErrorKind, MEMORY_SAMPLE_MS, Reply, Request } from "./protocol.js";
 import { deleteRun, loadRun, saveRun } from "./saved-runs.js";
+
+// The wasm module fetches through the global fetch: datasets kept in this browser are
+// answered from its storage (local-data.js), everything else goes to the network.
+const networkFetch = self.fetch.bind(self);
+self.fetch = async (input, options) => (await serveLocal(input)) ?? networkFetch(input, options);
 
 // The GPU devices this worker asked for, so that a test can lose them as a driver reset
 // would (Request.LOSE_DEVICE): wgpu keeps its GPUDevice out of JavaScript's reach.
@@ -40,7 +46,18 @@ function refuse(message) {
   return Object.assign(new Error(message), { kind: ErrorKind.BUSY });
 }
 
-const run = { training: null, state: "idle", wake: null, meta: null, saveEvery: 0 };
+// between: what waits for the run to rest between two steps (a Generate while it trains).
+const run = { training: null, state: "idle", wake: null, meta: null, saveEvery: 0, between: [] };
+
+/// Runs `task` once the run rests between two steps, or now where it is not training.
+function betweenSteps(task) {
+  if (run.state !== "running") return task();
+  return new Promise((resolve, reject) => run.between.push(() => task().then(resolve, reject)));
+}
+
+async function drainBetween() {
+  while (run.between.length > 0) await run.between.shift()();
+}
 
 function wake() {
   run.wake?.();
@@ -48,9 +65,9 @@ function wake() {
 }
 
 /// A new run: its settings are kept with its checkpoints, which go under a fresh id.
-async function train({ url, config, backend, saveEvery = 0 }) {
+async function train({ url, config, backend, saveEvery = 0, init = undefined }) {
   const meta = { id: `run-${Date.now()}`, url, config, backend, started_at: Date.now() };
-  return drive(() => Training.create(url, config, backend), meta, saveEvery);
+  return drive(() => Training.create(url, config, backend, init), meta, saveEvery);
 }
 
 /// A saved run, going on from its checkpoint under the same id.
@@ -101,6 +118,7 @@ async function drive(open, meta, saveEvery) {
         continue;
       }
       const events = await training.advance();
+      await drainBetween();
       if (events.length === 0) break;
       self.postMessage({ type: Reply.EVENTS, events, at: Date.now() });
       finished = events.some((e) => e.event === "finished");
@@ -110,6 +128,7 @@ async function drive(open, meta, saveEvery) {
     clearInterval(sampler);
     stopped = run.state === "stopped";
     run.state = "ended";
+    await drainBetween();
   }
   // A finished run has nothing left to resume; a stopped one may be taken up again.
   if (finished) await deleteRun(meta.id).catch(() => {});
@@ -129,6 +148,28 @@ async function exportModel() {
   if (run.state === "running") throw refuse("pause or stop the run before exporting");
   const bytes = await run.training.exportModel();
   return { type: Reply.MODEL, bytes };
+}
+
+async function exportSafetensors() {
+  if (!run.training) throw refuse("there is no trained model yet");
+  if (run.state === "running") throw refuse("pause or stop the run before exporting");
+  const bytes = await run.training.exportSafetensors();
+  return { type: Reply.SAFETENSORS, bytes };
+}
+
+/// Text from the GPT as it stands: now where the run rests, else after the step under way.
+async function generate({ prompt, tokens, temperature, seed }) {
+  if (!run.training) throw refuse("there is no model yet: start a GPT run on a text dataset");
+  const sample = await betweenSteps(() => run.training.generate(prompt, tokens, temperature, seed));
+  return { type: Reply.GENERATED, sample };
+}
+
+/// Files dropped or picked in the page, prepared as a text dataset and kept in storage.
+async function prepareText({ name, files }) {
+  const prepared = prepareChunks(name, files.map((f) => f.name), files.map((f) => f.bytes));
+  await saveDataset(name, prepared.manifest, prepared.chunks);
+  const { counts } = JSON.parse(prepared.manifest);
+  return { type: Reply.PREPARED, name, train: counts.train ?? 0, test: counts.test ?? 0 };
 }
 
 async function stream({ url, split, batch, options }) {
@@ -158,6 +199,9 @@ const handlers = {
   },
   [Request.EXPORT]: exportModel,
   [Request.EXPORT_RUN]: exportRun,
+  [Request.EXPORT_SAFETENSORS]: exportSafetensors,
+  [Request.PREPARE_TEXT]: prepareText,
+  [Request.GENERATE]: generate,
   [Request.CRASH]: () => {
     // Outside any handler: an uncaught error, as a bug in the worker would raise.
     setTimeout(() => {
