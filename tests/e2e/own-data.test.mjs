@@ -131,6 +131,19 @@ test("a dropped text file trains the GPT under a cap, survives a reload, writes 
     offered.some(([value, label]) => value === "local-data/kings" && /in this browser/.test(label)),
     JSON.stringify(offered),
   );
+  // Forget removes it from the list and from storage; the server's datasets stay.
+  assert.equal(await page.isHidden("#forget-dataset"), true, "nothing to forget on a server dataset");
+  await page.selectOption("#dataset", "local-data/kings");
+  await page.click("#forget-dataset");
+  await textStatus(page, /^Forgot kings/);
+  const left = await page.$$eval("#dataset option", (options) => options.map((o) => o.value));
+  assert.ok(!left.includes("local-data/kings") && left.includes("data/shakespeare"), JSON.stringify(left));
+  const stored = await page.evaluate(async () => {
+    const names = [];
+    for await (const name of (await (await navigator.storage.getDirectory()).getDirectoryHandle("datasets")).keys()) names.push(name);
+    return names;
+  });
+  assert.deepEqual(stored, []);
   assert.deepEqual(problems, []);
   await context.close();
 });

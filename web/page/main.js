@@ -4,7 +4,7 @@ import { Charts, countedBytes } from "./charts.js";
 import { listDatasets, offerF16, onModelChange, readRun } from "./controls.js";
 import { fillTable, formatBytes, formatBytesUp } from "./format.js";
 import { heapNote, sampleHeap } from "./heap.js";
-import { initWeights, onGenerated, onPrepared, onTextError, wireOwnData } from "./own-data.js";
+import { initWeights, offerForget, onGenerated, onPrepared, onTextError, wireOwnData } from "./own-data.js";
 import { ErrorKind, Reply, Request } from "./protocol.js";
 import { deleteRun, listRuns } from "./saved-runs.js";
 import { showStreamError, showStreamed, wireStreamPanel } from "./stream-panel.js";
@@ -74,6 +74,7 @@ function setState(state) {
   $("export-run").disabled = $("export-model").disabled;
   $("export-safetensors").disabled = $("export-model").disabled;
   offerGenerate();
+  offerForget(idle);
   $("export-metrics").disabled = log.length === 0;
   $("stream").disabled = state === "loading";
   for (const button of document.querySelectorAll("#saved-list button")) button.disabled = !idle;
@@ -566,11 +567,17 @@ $("run-form").addEventListener("change", schedulePlan);
 $("backend").addEventListener("change", () => post({ type: Request.DESCRIBE, backend: $("backend").value }));
 $("run-form").addEventListener("submit", (event) => event.preventDefault());
 wireStreamPanel(post);
-wireOwnData(post);
+wireOwnData(post, { listDatasets, changed: schedulePlan, idle: () => page.state === "ready" || page.state === "ended" });
 sampleHeap(({ bytes }) => charts.setHeap(bytes));
 const heapLimit = heapNote();
 $("heap-note").hidden = heapLimit == null;
 $("heap-note").textContent = heapLimit ?? "";
 
 startWorker();
-listDatasets().then(schedulePlan, (error) => showError(`No datasets: ${error.message}`));
+listDatasets().then(
+  () => {
+    offerForget(page.state === "ready" || page.state === "ended");
+    schedulePlan();
+  },
+  (error) => showError(`No datasets: ${error.message}`),
+);

@@ -1,7 +1,7 @@
 // The user's own material in the page: text files dropped on the run form or picked, which
 // the worker prepares and keeps (local-data.js); a safetensors file a run starts from; and
 // the Generate box, which asks the GPT for text during a run or after it.
-import { datasetName } from "./local-data.js";
+import { LOCAL_PREFIX, datasetName, deleteLocal } from "./local-data.js";
 import { Request } from "./protocol.js";
 
 const $ = (id) => document.getElementById(id);
@@ -25,7 +25,35 @@ async function prepare(post, files) {
   post({ type: Request.PREPARE_TEXT, name, files: contents });
 }
 
-export function wireOwnData(post) {
+/// The kept dataset chosen, if one is.
+function chosenLocal() {
+  const value = $("dataset").value;
+  return value.startsWith(LOCAL_PREFIX) ? value.slice(LOCAL_PREFIX.length) : null;
+}
+
+/// Forget is offered for a kept dataset while no run is using one.
+export function offerForget(idle) {
+  $("forget-dataset").hidden = chosenLocal() == null;
+  $("forget-dataset").disabled = !idle;
+}
+
+/// `listDatasets` lists what is offered again; `changed` previews the new choice.
+export function wireOwnData(post, { listDatasets, changed, idle }) {
+  // A model change may choose another dataset too.
+  for (const id of ["dataset", "model"]) $(id).addEventListener("change", () => offerForget(idle()));
+  $("forget-dataset").addEventListener("click", async () => {
+    const name = chosenLocal();
+    if (name == null) return;
+    try {
+      await deleteLocal(name);
+      await listDatasets();
+      say(`Forgot ${name}: it is no longer kept in this browser.`);
+    } catch (error) {
+      say(`${name} could not be removed: ${error.message}`, "storage");
+    }
+    offerForget(idle());
+    changed();
+  });
   const picker = $("text-files");
   picker.addEventListener("change", () => prepare(post, [...picker.files]).finally(() => (picker.value = "")));
   const form = $("run-form");
