@@ -108,7 +108,14 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
     // to f16, which an f16-pure run starts from anyway).
     let pure = levers.precision == Precision::F16Pure;
     let model = match pure {
-        true => precision::half_copy(&model),
+        true => {
+            // The f32 parameters go while probing: kept, they held twice the f16 ones beside
+            // the probes, which the run never does (the 6x384 GPT's calibrated peak stood
+            // 14% above its measured one, 147.4 against 129.2 MiB).
+            let half = precision::half_copy(&model);
+            drop(model);
+            half
+        }
         false => model,
     };
     // The weights were placed in pages at initialization; the first update moves them
