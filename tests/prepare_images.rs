@@ -51,22 +51,25 @@ fn write_folder(root: &Path) {
     std::fs::create_dir_all(root.join("empty")).unwrap();
 }
 
-#[test]
-fn a_folder_of_images_trains_the_cnn_and_its_bad_files_are_counted() {
-    let dir = tempfile::tempdir().unwrap();
-    let (images, out) = (dir.path().join("shapes"), dir.path().join("data"));
-    write_folder(&images);
-    let output = headroom(&[
+/// `headroom prepare --images IMAGES --out-root OUT` with `flags`, as it ended.
+fn prepare(images: &Path, out: &Path, flags: &[&str]) -> std::process::Output {
+    let mut args = vec![
         "prepare",
         "--images",
         images.to_str().unwrap(),
         "--out-root",
         out.to_str().unwrap(),
-        "--image-size",
-        "16",
-        "--seed",
-        "3",
-    ]);
+    ];
+    args.extend(flags);
+    headroom(&args)
+}
+
+#[test]
+fn a_folder_of_images_trains_the_cnn_and_its_bad_files_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (images, out) = (dir.path().join("shapes"), dir.path().join("data"));
+    write_folder(&images);
+    let output = prepare(&images, &out, &["--image-size", "16", "--seed", "3"]);
     let said = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -134,17 +137,7 @@ fn the_same_seed_prepares_the_same_dataset_and_bad_options_are_refused() {
     write_folder(&images);
     let manifest = |seed: &str, out: &str| {
         let out = dir.path().join(out);
-        let output = headroom(&[
-            "prepare",
-            "--images",
-            images.to_str().unwrap(),
-            "--out-root",
-            out.to_str().unwrap(),
-            "--seed",
-            seed,
-            "--image-size",
-            "12x10",
-        ]);
+        let output = prepare(&images, &out, &["--seed", seed, "--image-size", "12x10"]);
         assert!(
             output.status.success(),
             "{}",
@@ -165,15 +158,7 @@ fn the_same_seed_prepares_the_same_dataset_and_bad_options_are_refused() {
         (vec!["--test-fraction", "1"], "below 1"),
     ] {
         let out = dir.path().join("refused");
-        let mut args = vec![
-            "prepare",
-            "--images",
-            images.to_str().unwrap(),
-            "--out-root",
-            out.to_str().unwrap(),
-        ];
-        args.extend(flags);
-        let output = headroom(&args);
+        let output = prepare(&images, &out, &flags);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success() && stderr.contains(why), "{stderr}");
         assert!(!out.join("shapes").exists(), "nothing is left behind");

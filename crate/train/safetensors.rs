@@ -63,11 +63,12 @@ fn torch_name(config: &ModelConfig, collected: &str) -> String {
     }
 }
 
-/// The state dict `model` maps to, in the module's order, with PyTorch's shapes.
-fn slots(model: &Model, config: &ModelConfig) -> Vec<Slot> {
-    // Collecting reads no values: each tensor's bytes are produced only when asked for.
-    let collected = model.collect(None, Some(Box::new(BurnToPyTorchAdapter)), true);
+/// The state dict `collected` (a module's tensors, as burn-store collects them with PyTorch's
+/// layouts) maps to, in the module's order, with PyTorch's shapes; and for each collected
+/// tensor, the slot it fills.
+fn slots(collected: &[PackTensor], config: &ModelConfig) -> (Vec<Slot>, Vec<usize>) {
     let mut slots: Vec<Slot> = Vec::new();
+    let mut owners = Vec::with_capacity(collected.len());
     for tensor in collected {
         let name = torch_name(config, &tensor.name);
         let shape = tensor.shape.as_slice().to_vec();
@@ -86,9 +87,16 @@ fn slots(model: &Model, config: &ModelConfig) -> Vec<Slot> {
                 slots.len() - 1
             }
         };
-        slots[index].parts.push((tensor.name, shape));
+        slots[index].parts.push((tensor.name.clone(), shape));
+        owners.push(index);
     }
-    slots
+    (slots, owners)
+}
+
+/// The module's tensors with PyTorch's layouts. Collecting reads no values: each tensor's
+/// bytes are produced only when asked for.
+fn collect(model: &Model) -> Vec<PackTensor> {
+    model.collect(None, Some(Box::new(BurnToPyTorchAdapter)), true)
 }
 
 /// The model's parameters as a safetensors file in f32 (f16 parameters are widened, which is
@@ -103,17 +111,14 @@ pub async fn export(
     // On the CPU: collecting reads each tensor back synchronously, which a browser's GPU
     // cannot do.
     let cpu = cpu_copy(model).await?;
-    let slots = slots(&cpu, config);
+    let collected = collect(&cpu);
+    let (slots, owners) = slots(&collected, config);
     let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = slots
-        .iter()
-        .map(|slot| (slot.name.clone(), slot.shape.clone(), Vec::new()))
+        .into_iter()
+        .map(|slot| (slot.name, slot.shape, Vec::new()))
         .collect();
     // Parts arrive in the module's order, which is the order of a slot's rows.
-    for tensor in cpu.collect(None, Some(Box::new(BurnToPyTorchAdapter)), true) {
-        let slot = slots
-            .iter()
-            .position(|slot| slot.parts.iter().any(|(name, _)| *name == tensor.name))
-            .expect("the same module collects the same tensors");
+    for (tensor, slot) in collected.into_iter().zip(owners) {
         let data = bridge::into_data(tensor).map_err(unusable)?.convert::<f32>();
         tensors[slot].2.extend_from_slice(data.as_bytes());
     }
@@ -164,7 +169,7 @@ fn describe(config: &ModelConfig) -> String {
 pub fn import(mut model: Model, config: &ModelConfig, bytes: &[u8]) -> Result<Model, TrainError> {
     let file = SafeTensors::deserialize(bytes)
         .map_err(|e| unusable(format!("this is not a safetensors file ({e})")))?;
-    let slots = slots(&model, config);
+    let (slots, _) = slots(&collect(&model), config);
     let mut tensors = Vec::new();
     for slot in &slots {
         let view = file.tensor(&slot.name).map_err(|_| {
@@ -280,6 +285,11 @@ mod tests {
         visitor.0
     }
 
+    /// `model` exported with no extra metadata.
+    async fn exported(model: &Model, config: &ModelConfig, input: &InputShape) -> Vec<u8> {
+        export(model, config, input, HashMap::new()).await.unwrap()
+    }
+
     fn names(bytes: &[u8]) -> Vec<(String, Vec<usize>)> {
         let file = SafeTensors::deserialize(bytes).unwrap();
         let mut names: Vec<_> = file
@@ -294,9 +304,7 @@ mod tests {
     async fn names_and_shapes_are_the_pytorch_definitions() {
         let device = Device::flex();
         let (config, input) = (ModelConfig::Mlp { hidden: vec![6, 4] }, images());
-        let bytes = export(&config.init(&input, &device), &config, &input, HashMap::new())
-            .await
-            .unwrap();
+        let bytes = exported(&config.init(&input, &device), &config, &input).await;
         let expected = [
             ("1.bias", vec![6]),
             ("1.weight", vec![6, 64]),
@@ -304,16 +312,12 @@ mod tests {
         ];
         assert_eq!(names(&bytes)[..3], expected.map(|(n, s)| (n.to_string(), s)));
         let (config, input) = (ModelConfig::Cnn { channels: vec![2, 3] }, images());
-        let bytes = export(&config.init(&input, &device), &config, &input, HashMap::new())
-            .await
-            .unwrap();
+        let bytes = exported(&config.init(&input, &device), &config, &input).await;
         // Conv, ReLU, pool twice, then Flatten (6) and the head (7) over 3 x 2 x 2 features.
         assert!(names(&bytes).contains(&("3.weight".into(), vec![3, 2, 3, 3])));
         assert!(names(&bytes).contains(&("7.weight".into(), vec![3, 12])));
         let (config, input) = gpt();
-        let bytes = export(&config.init(&input, &device), &config, &input, HashMap::new())
-            .await
-            .unwrap();
+        let bytes = exported(&config.init(&input, &device), &config, &input).await;
         let gpt = names(&bytes);
         assert!(gpt.contains(&("blocks.1.qkv.weight".into(), vec![24, 8])));
         assert!(gpt.contains(&("blocks.1.qkv.bias".into(), vec![24])));
@@ -334,7 +338,7 @@ mod tests {
         let device = Device::flex();
         for (config, input) in configs() {
             let model = config.init(&input, &device);
-            let bytes = export(&model, &config, &input, HashMap::new()).await.unwrap();
+            let bytes = exported(&model, &config, &input).await;
             // A fresh model of the same config draws other values: the file's replace them.
             let fresh = config.init(&input, &device);
             assert_ne!(values(&fresh), values(&model), "{config:?}");
@@ -348,7 +352,7 @@ mod tests {
         let device = Device::flex();
         let (config, input) = gpt();
         let model = config.init(&input, &device);
-        let bytes = export(&model, &config, &input, HashMap::new()).await.unwrap();
+        let bytes = exported(&model, &config, &input).await;
         let file = SafeTensors::deserialize(&bytes).unwrap();
         let qkv = values_of(&file, "blocks.0.qkv.weight");
         // The module's visiting order: token, position, then block 0's attention norm
@@ -373,9 +377,7 @@ mod tests {
     async fn a_file_that_does_not_fit_is_refused_by_its_first_mismatch() {
         let device = Device::flex();
         let (config, input) = (ModelConfig::Mlp { hidden: vec![6, 4] }, images());
-        let bytes = export(&config.init(&input, &device), &config, &input, HashMap::new())
-            .await
-            .unwrap();
+        let bytes = exported(&config.init(&input, &device), &config, &input).await;
         let narrower = ModelConfig::Mlp { hidden: vec![6, 5] };
         let error = import(narrower.init(&input, &device), &narrower, &bytes).unwrap_err();
         assert_eq!(
@@ -428,7 +430,7 @@ mod tests {
         let device = Device::flex();
         let (config, input) = (ModelConfig::Mlp { hidden: vec![6, 4] }, images());
         let model = config.init(&input, &device);
-        let bytes = export(&model, &config, &input, HashMap::new()).await.unwrap();
+        let bytes = exported(&model, &config, &input).await;
         let file = SafeTensors::deserialize(&bytes).unwrap();
         // The file as PyTorch saves a .half() model: every tensor F16.
         let halves: Vec<(String, Vec<usize>, Vec<u8>)> = file
