@@ -82,6 +82,11 @@ pub enum Moments {
 /// Values per block of 8-bit moments, each block with one f32 scale (`train::quantize`).
 pub const QUANT_BLOCK: usize = 256;
 
+/// The most values of one parameter updated at once where 8-bit moments or f16 parameters
+/// make the update's f32 temporaries the largest in the workspace (1 MiB a copy): a
+/// whole number of 8-bit blocks, large enough that the extra kernels of a chunk are few.
+pub const UPDATE_CHUNK: usize = 1 << 18;
+
 impl Moments {
     /// The bytes of one 8-bit moment's codes for `elements` values: a byte each, padded
     /// to whole blocks.

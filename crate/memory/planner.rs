@@ -7,7 +7,7 @@ use super::allocator::PoolModel;
 use super::calibration::{Calibration, ProbedLevers};
 use super::enforcer;
 use crate::model::{InputShape, ModelConfig, Segment};
-use crate::settings::{Moments, OptimizerKind, Precision};
+use crate::settings::{Moments, OptimizerKind, Precision, UPDATE_CHUNK};
 
 /// What a plan is made for: everything about a run that moves its memory, except the
 /// settings the planner chooses.
@@ -457,17 +457,16 @@ pub fn predict(
         .max(backward_width) as u64;
     let largest_parameter = census.parameters.iter().copied().max().unwrap_or(0) as u64;
     let backward = (census.backward_transients * (micro * widest * store) as f64) as u64;
-    // 8-bit moments are decoded for one parameter's update at a time: its two f32
-    // moments, their successors, and the encoder's codes and gathers.
     let mut workspace = add(&mut live, backward) + add(&mut live, largest_parameter * 4 / 2);
-    if eight_bit {
-        let padded = Moments::code_bytes(largest_parameter as usize);
-        workspace += add(&mut live, padded * 4 * EIGHT_BIT_UPDATE_COPIES);
-    }
-    // f16-pure updates each parameter in f32: its f32 copy and gradient, the update, and
-    // the rounding's noise.
-    if precision == Precision::F16Pure {
-        workspace += add(&mut live, largest_parameter * 4 * PURE_UPDATE_COPIES);
+    let update = UpdateShape {
+        largest: largest_parameter,
+        eight_bit,
+        pure: precision == Precision::F16Pure,
+        store,
+        state_tensors,
+    };
+    for bytes in update.workspace() {
+        workspace += add(&mut live, bytes);
     }
 
     let mut breakdown = Breakdown {
@@ -487,6 +486,54 @@ pub fn predict(
     };
     breakdown.allocator_overhead = request.pool.reserved(&live).saturating_sub(breakdown.tensors()) + slack;
     breakdown
+}
+
+/// What the optimizer's update of the largest parameter needs beside the fixed bytes.
+struct UpdateShape {
+    largest: u64,
+    eight_bit: bool,
+    /// f16-pure: the parameter is updated in f32 and rounded back.
+    pure: bool,
+    /// Bytes a stored parameter value takes.
+    store: u64,
+    state_tensors: u64,
+}
+
+impl UpdateShape {
+    /// The allocations the update adds at its peak. 8-bit moments are decoded for one
+    /// parameter's update at a time: its two f32 moments, their successors, and the
+    /// encoder's codes and gathers. f16-pure updates each parameter in f32: its f32 copy
+    /// and gradient, the update, and the rounding's noise. Both update a parameter larger
+    /// than `UPDATE_CHUNK` chunk by chunk (`train::optimizer`): those copies are a chunk's,
+    /// and the updated chunks of the value and the state are alive beside their joined copy.
+    fn workspace(&self) -> Vec<u64> {
+        let chunked = (self.eight_bit || self.pure) && self.largest > UPDATE_CHUNK as u64;
+        let at_once = match chunked {
+            true => UPDATE_CHUNK as u64,
+            false => self.largest,
+        };
+        let mut live = Vec::new();
+        if self.eight_bit {
+            live.push(Moments::code_bytes(at_once as usize) * 4 * EIGHT_BIT_UPDATE_COPIES);
+        }
+        if self.pure {
+            live.push(at_once * 4 * PURE_UPDATE_COPIES);
+        }
+        if chunked {
+            let state = match self.eight_bit {
+                true => {
+                    Moments::code_bytes(self.largest as usize) + Moments::scale_bytes(self.largest as usize)
+                }
+                false => self.largest * 4,
+            };
+            // The chunks, then their join.
+            for _ in 0..2 {
+                live.push(self.largest * self.store);
+                live.extend((0..self.state_tensors).map(|_| state));
+            }
+        }
+        live
+    }
 }
 
 /// The f32 copies of the largest parameter's moments an 8-bit update holds at once: the

@@ -106,12 +106,20 @@ pub fn gradient_magnitude(model: &Model, grads: &GradientsParams) -> Option<Tens
 /// hash of each element's index and `seed` in bitwise ops only (xorshift): the same on
 /// every run on a backend, so a resumed run rounds as the first one did.
 pub fn stochastic_round_f16<const D: usize>(values: Tensor<D>, seed: u32) -> Tensor<D> {
+    stochastic_round_f16_from(values, seed, 0)
+}
+
+/// [`stochastic_round_f16`] of a slice of a larger tensor that starts at element `first`:
+/// each element draws what it would draw in the whole, so an update made in chunks rounds
+/// as one made at once.
+pub fn stochastic_round_f16_from<const D: usize>(values: Tensor<D>, seed: u32, first: usize) -> Tensor<D> {
     let shape = values.shape();
     let device = values.device();
+    let first = first as i64;
     let count = shape.num_elements() as i64;
     // The seed as an i32: a scalar must fit every backend's int type (wgpu's is i32).
     let seed = i64::from(seed as i32);
-    let mut hash = Tensor::<1, Int>::arange(0..count, &device).bitwise_xor_scalar(seed);
+    let mut hash = Tensor::<1, Int>::arange(first..first + count, &device).bitwise_xor_scalar(seed);
     // Neighbouring indices differ in few bits: rounds enough to spread them, and the high
     // bits taken, which the left shifts have mixed most.
     for _ in 0..HASH_ROUNDS {

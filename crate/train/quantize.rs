@@ -101,6 +101,34 @@ pub struct Quantized {
     pub elements: usize,
 }
 
+impl Quantized {
+    /// The values `range` stands for, as their own `Quantized`: `range` starts on a block's
+    /// first value, so its blocks are whole blocks of this one (the last padded as here).
+    pub fn slice(&self, range: std::ops::Range<usize>) -> Quantized {
+        debug_assert!(range.start.is_multiple_of(BLOCK) && range.end <= self.elements);
+        let blocks = range.start / BLOCK..range.end.div_ceil(BLOCK);
+        Quantized {
+            words: self
+                .words
+                .clone()
+                .slice(blocks.start * BLOCK / PER_WORD..blocks.end * BLOCK / PER_WORD),
+            scales: self.scales.clone().slice(blocks),
+            elements: range.len(),
+        }
+    }
+
+    /// Consecutive slices joined again; all but the last stand for whole blocks.
+    pub fn cat(parts: Vec<Quantized>) -> Quantized {
+        let elements = parts.iter().map(|part| part.elements).sum();
+        let (words, scales) = parts.into_iter().map(|part| (part.words, part.scales)).unzip();
+        Quantized {
+            words: Tensor::cat(words, 0),
+            scales: Tensor::cat(scales, 0),
+            elements,
+        }
+    }
+}
+
 /// Shifts that put the four codes of a word in place, lowest byte first.
 fn byte_shifts(words: usize, device: &Device) -> Tensor<2, Int> {
     Tensor::<1, Int>::from_data(TensorData::new(vec![0i32, 8, 16, 24], [PER_WORD]), device)

@@ -27,6 +27,7 @@ use super::precision;
 use super::quantize::{self, Codebook, Quantized};
 
 mod bytes;
+mod chunked;
 use crate::model::Model;
 
 /// burn's SGD momentum dampening (`MomentumConfig`'s default), kept so the rule is burn's.
@@ -87,6 +88,8 @@ pub struct Optimizer {
     codebooks: Option<Codebooks>,
     /// What f16 gradients are multiplied by in this step's updates (`step_unscaling`).
     inverse_loss_scale: f32,
+    /// The most values of a parameter updated at once where its update is chunked.
+    chunk: usize,
 }
 
 impl Optimizer {
@@ -123,6 +126,7 @@ impl Optimizer {
             moments,
             codebooks: None,
             inverse_loss_scale: 1.0,
+            chunk: crate::settings::UPDATE_CHUNK,
         }
     }
 
@@ -161,7 +165,8 @@ impl Optimizer {
 
     /// One parameter's update on the inner (non-autodiff) tensors. An f16 parameter
     /// (f16-pure) is updated in f32 and rounded back stochastically: no f32 copy of it
-    /// outlives its own update.
+    /// outlives its own update. Where the update's f32 temporaries are the workspace's
+    /// largest (8-bit moments, f16 parameters), a large parameter is updated in chunks.
     fn update<const D: usize>(
         &mut self,
         id: ParamId,
@@ -169,16 +174,29 @@ impl Optimizer {
         tensor: Tensor<D>,
         grad: Tensor<D>,
     ) -> Tensor<D> {
+        let shape = tensor.shape();
+        let elements = shape.num_elements();
+        if elements > self.chunk && (self.moments == Moments::Q8 || tensor.dtype() == DType::F16) {
+            let flat = |t: Tensor<D>| t.reshape([elements]);
+            return self
+                .update_chunked(id, learning_rate, flat(tensor), flat(grad))
+                .reshape(shape);
+        }
         if tensor.dtype() != DType::F16 {
             return self.update_f32(id, learning_rate, tensor, grad);
         }
-        let grad = match grad.dtype() {
-            DType::F16 => grad.cast(FloatDType::F32).mul_scalar(self.inverse_loss_scale),
-            _ => grad,
-        };
+        let grad = self.unscaled(grad);
         let updated = self.update_f32(id, learning_rate, tensor.cast(FloatDType::F32), grad);
         let time = self.states.get(&id).map_or(0, |s| s.time);
         precision::stochastic_round_f16(updated, rounding_seed(id, time))
+    }
+
+    /// An f16 gradient (f16-pure's, of a scaled loss) in f32 and unscaled; others as they are.
+    fn unscaled<const D: usize>(&self, grad: Tensor<D>) -> Tensor<D> {
+        match grad.dtype() {
+            DType::F16 => grad.cast(FloatDType::F32).mul_scalar(self.inverse_loss_scale),
+            _ => grad,
+        }
     }
 
     fn update_f32<const D: usize>(
@@ -192,46 +210,65 @@ impl Optimizer {
             Some(clipping) => clipping.clip_gradient(grad),
             None => grad,
         };
-        let shape = tensor.shape();
-        let elements = shape.num_elements();
         let previous = self.states.remove(&id);
         let codebooks = self.codebooks(&tensor.device());
-        let codebooks = codebooks.as_ref();
-        let unflatten = |t: Tensor<1>| t.reshape(shape.clone());
-        let (updated, state) = match &self.rule {
-            Rule::Adam(rule) => {
-                let state = previous.map(|s| AdamState::new(moments(s, unflatten, codebooks)));
-                let (updated, state) = rule.step(learning_rate, tensor, grad, state);
-                (
-                    updated,
-                    state.map(|s| store_moments(s.momentum, elements, codebooks)),
-                )
-            }
-            Rule::AdamW(rule) => {
-                let state = previous.map(|s| AdamWState::new(moments(s, unflatten, codebooks)));
-                let (updated, state) = rule.step(learning_rate, tensor, grad, state);
-                (
-                    updated,
-                    state.map(|s| store_moments(s.momentum, elements, codebooks)),
-                )
-            }
-            Rule::Sgd {
-                momentum,
-                weight_decay,
-            } => sgd_update(
-                *momentum,
-                weight_decay.as_ref(),
-                learning_rate,
-                tensor,
-                grad,
-                previous,
-                unflatten,
-            ),
-        };
+        let (updated, state) = rule_step(
+            &self.rule,
+            learning_rate,
+            tensor,
+            grad,
+            previous,
+            codebooks.as_ref(),
+        );
         if let Some(state) = state {
             self.states.insert(id, state);
         }
         updated
+    }
+}
+
+/// One step of `rule` on `tensor` (a parameter, or a chunk of one flattened) with its
+/// state, the moments decoded from and stored back in the optimizer's format.
+fn rule_step<const D: usize>(
+    rule: &Rule,
+    learning_rate: f64,
+    tensor: Tensor<D>,
+    grad: Tensor<D>,
+    previous: Option<ParamState>,
+    codebooks: Option<&Codebooks>,
+) -> (Tensor<D>, Option<ParamState>) {
+    let shape = tensor.shape();
+    let elements = shape.num_elements();
+    let unflatten = |t: Tensor<1>| t.reshape(shape.clone());
+    match rule {
+        Rule::Adam(rule) => {
+            let state = previous.map(|s| AdamState::new(moments(s, unflatten, codebooks)));
+            let (updated, state) = rule.step(learning_rate, tensor, grad, state);
+            (
+                updated,
+                state.map(|s| store_moments(s.momentum, elements, codebooks)),
+            )
+        }
+        Rule::AdamW(rule) => {
+            let state = previous.map(|s| AdamWState::new(moments(s, unflatten, codebooks)));
+            let (updated, state) = rule.step(learning_rate, tensor, grad, state);
+            (
+                updated,
+                state.map(|s| store_moments(s.momentum, elements, codebooks)),
+            )
+        }
+        Rule::Sgd {
+            momentum,
+            weight_decay,
+        } => sgd_update(
+            *momentum,
+            weight_decay.as_ref(),
+            learning_rate,
+            tensor,
+            grad,
+            previous,
+            unflatten,
+        ),
     }
 }
 
