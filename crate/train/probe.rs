@@ -28,6 +28,13 @@ const STEPS_PER_PROBE: usize = 2;
 /// kernels multiply by.
 const VANISHING_LEARNING_RATE: f64 = f64::MIN_POSITIVE;
 
+/// The climb above the census's pick (probe.rs's `above`) stops where its probes would
+/// have cost more than this share of the samples the run itself trains on: it only looks
+/// for a faster setting, and on a short run the probes cost more than they could save (the
+/// 6x384 GPT's one step of 64 windows under 160 MiB took 26 minutes of probes on
+/// lavapipe, the step itself 21).
+const CLIMB_SHARE: f64 = 0.25;
+
 /// What the probes run with.
 struct ProbeSetting<'a> {
     config: &'a TrainConfig,
@@ -38,6 +45,8 @@ struct ProbeSetting<'a> {
     /// The precision, checkpointing and moments every rung runs with
     /// (`RunPlan::probed_levers`).
     levers: ProbedLevers,
+    /// The samples the run trains on, all steps together.
+    run_samples: u64,
 }
 
 impl ProbeSetting<'_> {
@@ -74,6 +83,9 @@ pub fn probed_plan(
         plan: &run_plan,
         target_micro_batch: run_plan.plan.chosen().map_or(largest, |c| c.micro_batch),
         levers: run_plan.probed_levers(),
+        run_samples: config
+            .total_steps(source.sample_count(crate::data::Split::Train))
+            .saturating_mul(config.effective_batch as u64),
     };
     let (model, calibration) = calibrate(model, &setting, device);
     if let Some(calibration) = calibration {
@@ -94,13 +106,15 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
     let target = setting.target_micro_batch;
     // Under a cap the census's pick may be held down by its own over-count: the ladder goes
     // on above it, one larger micro-batch at a time, while the rungs below say it stays
-    // under the cap, and until a measured peak leaves no headroom.
+    // under the cap, until a measured peak leaves no headroom, and while its probes cost
+    // at most a quarter of the run (`climb`).
     let above: Vec<usize> = match setting.config.cap {
-        Some(_) => plan::micro_batch_choices(setting.config)
-            .into_iter()
-            .rev()
-            .filter(|&m| m > target)
-            .collect(),
+        Some(_) => climb(
+            plan::micro_batch_choices(setting.config),
+            target,
+            setting.config.effective_batch,
+            setting.run_samples,
+        ),
         None => Vec::new(),
     };
     let ladder = probe_ladder(target);
@@ -166,6 +180,30 @@ fn full_if(pure: bool, model: Model) -> Model {
     }
 }
 
+/// The micro-batches above `target` among `choices` that the climb may probe, smallest
+/// first, while their probes together cost at most [`CLIMB_SHARE`] of `run_samples`.
+fn climb(choices: Vec<usize>, target: usize, effective_batch: usize, run_samples: u64) -> Vec<usize> {
+    let mut spent = 0u64;
+    choices
+        .into_iter()
+        .rev()
+        .filter(|&m| m > target)
+        .take_while(|&m| {
+            spent += probe_samples(m, m < effective_batch);
+            spent as f64 <= CLIMB_SHARE * run_samples as f64
+        })
+        .collect()
+}
+
+fn micro_steps_per_probe_step(accumulating: bool) -> usize {
+    if accumulating { 2 } else { 1 }
+}
+
+/// The samples a rung's probe steps run through.
+fn probe_samples(micro_batch: usize, accumulating: bool) -> u64 {
+    (STEPS_PER_PROBE * micro_batch * micro_steps_per_probe_step(accumulating)) as u64
+}
+
 /// The peak reservation over `step_count` steps at `micro_batch`: two micro-batches a step
 /// when the run accumulates (its running sum alive), one otherwise.
 fn probe(
@@ -179,7 +217,7 @@ fn probe(
     // Each probe starts from the pages the model alone needs, as step 1 will.
     device.memory_cleanup();
     let input = &setting.plan.input;
-    let samples = micro_batch * if accumulating { 2 } else { 1 };
+    let samples = micro_batch * micro_steps_per_probe_step(accumulating);
     // Zeros: the bytes a probe step holds do not depend on the values. Text is windows of
     // tokens without labels.
     let window = setting.config.model.text_window();
@@ -209,4 +247,25 @@ fn probe(
     }
     drop(optimizer);
     (model, tracker.take_step_peak().gpu_bytes_reserved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 6x384 GPT at batch 64 under 160 MiB, whose census picked micro-batch 32: one
+    /// step does not pay for probing 64 (two steps of it), forty steps do; the climb goes
+    /// on rung by rung while the budget lasts.
+    #[test]
+    fn the_climb_above_the_pick_costs_at_most_a_share_of_the_run() {
+        let choices = vec![64, 32, 16, 8, 4, 2, 1];
+        assert_eq!(climb(choices.clone(), 32, 64, 64), Vec::<usize>::new());
+        assert_eq!(climb(choices.clone(), 32, 64, 40 * 64), vec![64]);
+        assert_eq!(climb(choices.clone(), 32, 64, 8 * 64), vec![64]);
+        assert_eq!(climb(choices.clone(), 32, 64, 8 * 64 - 1), Vec::<usize>::new());
+        // From 4: 8, 16 and 32 accumulate, two steps of two micro-batches each (32, 64
+        // and 128 samples): 224 samples need a run of 896.
+        assert_eq!(climb(choices.clone(), 4, 64, 896), vec![8, 16, 32]);
+        assert_eq!(climb(choices, 4, 64, 895), vec![8, 16]);
+    }
 }
