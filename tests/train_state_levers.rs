@@ -99,14 +99,21 @@ async fn eight_bit_moments_and_f16_without_master_follow_f32_adam_over_50_steps(
     }
 }
 
+// The resumed run's first layer is larger than one chunk of an update.
+const _: () = assert!(784 * 512 > headroom::settings::UPDATE_CHUNK);
+
 /// f16 without a master copy and 8-bit moments, saved after step 5 and taken up again:
-/// the losses of the run never stopped, bit for bit, accumulating (an f16 sum) or not.
+/// the losses of the run never stopped, bit for bit, accumulating (an f16 sum) or not. The
+/// first layer (784 x 512, 401k values) is updated in two chunks (`UPDATE_CHUNK`).
 #[tokio::test]
 async fn a_run_with_both_levers_resumes_bit_for_bit() {
     let _alone = ONE_AT_A_TIME.lock().await;
     let dataset = common::synthetic_dataset(1000, 250, Codec::Lz4);
     for micro_batch in [64, 16] {
-        let config = config(Precision::F16Pure, Moments::Q8, micro_batch, 10);
+        let config = TrainConfig {
+            model: ModelConfig::Mlp { hidden: vec![512] },
+            ..config(Precision::F16Pure, Moments::Q8, micro_batch, 10)
+        };
         let source = open(&dataset.dir, &config).await;
         let mut trainer = Trainer::new(config, &source, BACKEND.device(), BACKEND.name()).unwrap();
         let (losses, saved) = run(&mut trainer, &mut Progress::default(), &source, 5).await;
