@@ -175,7 +175,7 @@ mod tests {
                 0,
             ),
         };
-        let read = |t: Tensor<1>| t.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+        let read = |t: Tensor<1>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
         (read(tensor), read(state))
     }
 
