@@ -21,6 +21,10 @@ pub struct Probe {
     pub micro_batch: usize,
     pub peak_reserved: u64,
     pub census_reserved: u64,
+    /// The levers of a probe that confirmed a pick made on the others' figures, where
+    /// they differ from the calibration's (`None`: the calibration's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub levers: Option<ProbedLevers>,
 }
 
 impl Probe {
@@ -65,20 +69,34 @@ impl Calibration {
 
     /// [`device_bytes`](Self::device_bytes) for a setting with these levers: a probe's
     /// measurement stands for its own levers only; another precision, checkpointing or
-    /// moments at the same micro-batch gets its census corrected by the probe's excess
-    /// (mostly the allocator's pages, which the other levers keep).
+    /// moments at the same micro-batch gets its census corrected by the excess of the
+    /// nearest probe that ran its levers, else of the calibration's own (mostly the
+    /// allocator's pages, which the other levers keep).
     pub fn device_bytes_with(&self, micro_batch: usize, census_reserved: u64, levers: ProbedLevers) -> u64 {
-        match self.levers.is_none_or(|probed| probed == levers) {
-            true => self.device_bytes(micro_batch, census_reserved),
-            false => census_reserved.saturating_add_signed(self.nearest(micro_batch).excess()),
+        let own = nearest(self.probes.iter().filter(|p| self.ran(p, levers)), micro_batch);
+        match own {
+            Some(probe) if probe.micro_batch == micro_batch => probe.peak_reserved,
+            Some(probe) => census_reserved.saturating_add_signed(probe.excess()),
+            None => census_reserved.saturating_add_signed(self.nearest(micro_batch).excess()),
         }
     }
 
-    fn nearest(&self, micro_batch: usize) -> &Probe {
+    /// Whether a probe ran this micro-batch with these levers.
+    pub fn measured(&self, micro_batch: usize, levers: ProbedLevers) -> bool {
         self.probes
             .iter()
-            .min_by_key(|p| (p.micro_batch.abs_diff(micro_batch), std::cmp::Reverse(p.excess())))
-            .expect("a calibration holds a probe")
+            .any(|p| p.micro_batch == micro_batch && self.ran(p, levers))
+    }
+
+    /// Whether `probe` ran with `levers` (any, where the calibration did not record them).
+    fn ran(&self, probe: &Probe, levers: ProbedLevers) -> bool {
+        probe.levers.or(self.levers).is_none_or(|probed| probed == levers)
+    }
+
+    /// The nearest of the calibration's own probes (not a confirmation's).
+    fn nearest(&self, micro_batch: usize) -> &Probe {
+        nearest(self.probes.iter().filter(|p| p.levers.is_none()), micro_batch)
+            .expect("a calibration holds a probe of its own")
     }
 
     /// The device reservation expected at `micro_batch`, which the census puts at
@@ -92,6 +110,11 @@ impl Calibration {
             false => census_reserved.saturating_add_signed(nearest.excess()),
         }
     }
+}
+
+/// The probe nearest in micro-batch, the one with the larger excess between two as near.
+fn nearest<'a>(probes: impl Iterator<Item = &'a Probe>, micro_batch: usize) -> Option<&'a Probe> {
+    probes.min_by_key(|p| (p.micro_batch.abs_diff(micro_batch), std::cmp::Reverse(p.excess())))
 }
 
 /// The rungs below and at `target`: a quarter, a half, the target itself.
@@ -116,6 +139,7 @@ mod tests {
             micro_batch,
             peak_reserved: peak * MIB,
             census_reserved: census * MIB,
+            levers: None,
         }
     }
 
@@ -162,6 +186,51 @@ mod tests {
         let saved: ProbedLevers =
             serde_json::from_str(r#"{"precision":"f16","checkpointing":false}"#).unwrap();
         assert_eq!(saved, half);
+    }
+
+    /// A pick confirmed by a probe of its own levers is measured, and corrects the settings
+    /// with its levers; the others keep the calibration's own correction (the 6x384 GPT
+    /// under 160 MiB: probed with checkpointing, picked without, 88.0 MiB measured).
+    #[test]
+    fn a_confirmed_pick_is_measured_and_corrects_its_own_levers_only() {
+        let levers = |checkpointing| ProbedLevers {
+            precision: Precision::F16Pure,
+            checkpointing,
+            moments: Moments::Q8,
+        };
+        let mut calibration = Calibration::fit(vec![probe(1, 100, 150)])
+            .unwrap()
+            .probed_with(levers(true));
+        assert!(!calibration.measured(1, levers(false)));
+        assert_eq!(
+            calibration.device_bytes_with(1, 151 * MIB, levers(false)),
+            101 * MIB
+        );
+        calibration.probes.push(Probe {
+            levers: Some(levers(false)),
+            ..probe(1, 88, 151)
+        });
+        assert!(calibration.measured(1, levers(false)) && calibration.measured(1, levers(true)));
+        assert!(!calibration.measured(4, levers(false)));
+        assert_eq!(
+            calibration.device_bytes_with(1, 151 * MIB, levers(false)),
+            88 * MIB
+        );
+        assert_eq!(
+            calibration.device_bytes_with(4, 200 * MIB, levers(false)),
+            137 * MIB
+        );
+        assert_eq!(
+            calibration.device_bytes_with(4, 180 * MIB, levers(true)),
+            130 * MIB
+        );
+        let plain = ProbedLevers::default();
+        assert_eq!(calibration.device_bytes_with(1, 160 * MIB, plain), 110 * MIB);
+        assert_eq!(calibration.device_bytes(2, 180 * MIB), 130 * MIB);
+        // Saved before confirmations: no `levers` on a probe.
+        let saved: Probe =
+            serde_json::from_str(r#"{"micro_batch":1,"peak_reserved":5,"census_reserved":6}"#).unwrap();
+        assert_eq!(saved.levers, None);
     }
 
     #[test]
