@@ -162,9 +162,7 @@ fn a_cap_between_the_census_and_the_measured_peak_is_held_by_shrinking_during_th
 /// The figure the run's plan rested on (`calibrated_peak`) within 10% of the run's peak.
 fn assert_calibrated_within_10_percent(run: &Run) {
     let measured = held(&run.finished()["peak_memory"]);
-    let calibrated = started(run)["calibrated_peak"]
-        .as_u64()
-        .expect("wgpu calibrates");
+    let calibrated = started(run)["calibrated_peak"].as_u64().expect("wgpu calibrates");
     let error = (calibrated as f64 - measured as f64) / measured as f64;
     assert!(
         error.abs() <= 0.10,
