@@ -100,10 +100,10 @@ pub fn probed_plan(
 
 /// Where the calibrated pick is a setting no probe ran (other levers, or a micro-batch the
 /// ladder did not reach), probes it too and picks again, so that the figure the run rests
-/// on is a measurement, up to [`CONFIRMATIONS`] times. Measured before: the 6x384 GPT at
-/// batch 64 under 160 MiB on lavapipe moved from the probed checkpointing to none,
-/// calibrated 123.7 MiB by the probes' excess, measured 88.0; the 8x512 at batch 8 under
-/// 256 MiB from the probed micro-batch 1 to 4, calibrated 199.2 MiB, measured 161.0.
+/// on is a measurement, up to [`CONFIRMATIONS`] times. Before, on lavapipe: the 6x384 GPT
+/// at batch 64 under 160 MiB moved from the probed checkpointing to none, at a calibrated
+/// 123.7 MiB that no probe had measured; the 8x512 at batch 8 under 256 MiB from the
+/// probed micro-batch 1 to 4 (calibrated 199.2 MiB, measured 212.1 from step 2).
 fn confirm(mut model: Model, config: &TrainConfig, run_plan: &mut RunPlan, device: &Device) -> Model {
     for _ in 0..CONFIRMATIONS {
         let (Some(chosen), Some(calibration)) = (run_plan.plan.chosen(), run_plan.plan.calibration.clone())
