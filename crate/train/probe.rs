@@ -124,13 +124,8 @@ fn confirm(mut model: Model, config: &TrainConfig, run_plan: &mut RunPlan, devic
         };
         let census_reserved = run_plan.probe_census(micro_batch, accumulating, levers);
         let pure = levers.precision == Precision::F16Pure;
-        let probed_model = match pure {
-            true => precision::half_copy(&model),
-            false => model.clone(),
-        };
-        drop(model);
         let (probed, peak) = probe(
-            probed_model,
+            half_if(pure, model),
             &setting,
             micro_batch,
             accumulating,
@@ -181,17 +176,7 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
     // f16-pure probes its f16 parameters; the model goes back in f32 (its values rounded
     // to f16, which an f16-pure run starts from anyway).
     let pure = levers.precision == Precision::F16Pure;
-    let model = match pure {
-        true => {
-            // The f32 parameters go while probing: kept, they held twice the f16 ones beside
-            // the probes, which the run never does (the 6x384 GPT's calibrated peak stood
-            // 14% above its measured one, 147.4 against 129.2 MiB).
-            let half = precision::half_copy(&model);
-            drop(model);
-            half
-        }
-        false => model,
-    };
+    let model = half_if(pure, model);
     // The weights were placed in pages at initialization; the first update moves them
     // into the pools the steps carve, where they stay. Probing only after that move
     // measures the pages the run's steps will see.
@@ -232,6 +217,16 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
     device.memory_cleanup();
     let calibration = Calibration::fit(probes).map(|c| c.probed_with(levers));
     (full_if(pure, model), calibration)
+}
+
+/// The model f16-pure probes run: its f16 copy, the f32 parameters dropped. Kept, they held
+/// twice the f16 ones beside the probes, which the run never does (the 6x384 GPT's
+/// calibrated peak stood 14% above its measured one, 147.4 against 129.2 MiB).
+fn half_if(pure: bool, model: Model) -> Model {
+    match pure {
+        true => precision::half_copy(&model),
+        false => model,
+    }
 }
 
 fn full_if(pure: bool, model: Model) -> Model {
