@@ -171,6 +171,37 @@ fn assert_calibrated_within_10_percent(run: &Run) {
     );
 }
 
+/// Each probe step was reported as it started and ended, the warm-up first, and the ones
+/// measured are what the calibration holds, in order.
+fn assert_probes_reported(run: &Run) {
+    let reports: Vec<&Value> = run.of("probe").collect();
+    assert_eq!(reports[0]["stage"], "warm_up", "{reports:?}");
+    for pair in reports.chunks(2) {
+        let [start, end] = pair else {
+            panic!("a probe never ended: {pair:?}")
+        };
+        assert_eq!(
+            (&start["finished"], &end["finished"]),
+            (&Value::Bool(false), &Value::Bool(true))
+        );
+        assert_eq!(start["micro_batch"], end["micro_batch"]);
+        assert!(end["seconds"].as_f64().unwrap() > 0.0, "{end}");
+    }
+    let pair = |p: &Value| (p["micro_batch"].as_u64(), p["peak_reserved"].as_u64());
+    let measured: Vec<_> = reports
+        .iter()
+        .filter(|p| p["finished"] == true && p["stage"] != "warm_up")
+        .map(|p| pair(p))
+        .collect();
+    let calibrated: Vec<_> = started(run)["calibration"]["probes"]
+        .as_array()
+        .expect("wgpu calibrates")
+        .iter()
+        .map(pair)
+        .collect();
+    assert_eq!(measured, calibrated);
+}
+
 #[test]
 fn the_calibrated_plan_shrinks_before_step_1_where_the_measured_peak_would_pass_the_cap() {
     let dataset = common::synthetic_dataset(4096, 1024, Codec::Lz4);
@@ -178,6 +209,7 @@ fn the_calibrated_plan_shrinks_before_step_1_where_the_measured_peak_would_pass_
     let uncapped = train(data, None);
     let measured = held(&uncapped.finished()["peak_memory"]);
     assert_calibrated_within_10_percent(&uncapped);
+    assert_probes_reported(&uncapped);
     // Just above the measured peak: a step at the full micro-batch would pass the
     // enforcer's 90%, and the probes have measured it.
     let cap = measured + (1 << 20);

@@ -7,7 +7,7 @@ use crate::data::{DataSource, StreamOptions};
 use crate::flags::ModelArgs;
 use crate::memory::{Candidate, Plan, plan};
 use crate::train::plan::{effective_precision, input_shape};
-use crate::train::probe::probed_plan;
+use crate::train::probe::{ProbeReport, ProbeStage, probed_plan};
 use crate::train::{
     BackendKind, Moments, OptimizerConfig, OptimizerKind, Precision, TrainConfig, plan as train_plan,
 };
@@ -133,7 +133,7 @@ fn calibrate(
         ..config.clone()
     };
     let device = backend.device().autodiff();
-    let (probed, _) = probed_plan(&config, source, &device, backend.name())?;
+    let (probed, _) = probed_plan(&config, source, &device, backend.name(), &mut print_probe)?;
     let Some(calibration) = probed.plan.calibration else {
         eprintln!(
             "note: the {} backend reports no device pool to calibrate on",
@@ -151,6 +151,46 @@ fn calibrate(
     }
     plan.candidates.extend(others);
     Ok(())
+}
+
+/// A line as a probe starts, and one as it ends: before step 1 the probes are all a run
+/// shows, for minutes on a slow device.
+pub(super) fn print_probe(report: &ProbeReport) {
+    let stage = match report.stage {
+        ProbeStage::WarmUp => "warm-up",
+        ProbeStage::Ladder => "ladder",
+        ProbeStage::Climb => "climb",
+        ProbeStage::Confirm => "confirming the pick",
+    };
+    let levers = report.levers;
+    let setting = format!(
+        "micro-batch {}{}, {}{}{}",
+        report.micro_batch,
+        if report.accumulating { " x 2" } else { "" },
+        levers.precision,
+        if levers.checkpointing {
+            ", checkpointing"
+        } else {
+            ""
+        },
+        if levers.moments == Moments::Q8 {
+            ", 8-bit moments"
+        } else {
+            ""
+        },
+    );
+    match (report.finished, report.peak_reserved) {
+        (false, _) => println!(
+            "probe ({stage}): {setting}, census {} MiB ...",
+            mib(report.census_reserved)
+        ),
+        (true, Some(peak)) => println!(
+            "probe ({stage}): {setting}: peak {} MiB reserved, {:.1} s",
+            mib(peak),
+            report.seconds
+        ),
+        (true, None) => println!("probe ({stage}): {setting}: done, {:.1} s", report.seconds),
+    }
 }
 
 fn mib(bytes: u64) -> String {

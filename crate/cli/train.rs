@@ -16,6 +16,7 @@ use crate::flags::ModelArgs;
 use crate::memory::PhaseSample;
 use crate::model::generate::SampleSettings;
 use crate::train::config::SampleConfig;
+use crate::train::probe::ProbeReport;
 use crate::train::saved_run;
 use crate::train::{
     BackendKind, Duration, Moments, OptimizerConfig, OptimizerKind, Precision, Progress, TrainConfig,
@@ -242,7 +243,7 @@ struct Report {
 }
 
 impl Report {
-    fn new(metrics: Option<&PathBuf>, cap: Option<u64>) -> anyhow::Result<Self> {
+    fn new(metrics: Option<&PathBuf>) -> anyhow::Result<Self> {
         let metrics = match metrics {
             Some(path) => Some(std::io::BufWriter::new(
                 std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?,
@@ -260,7 +261,7 @@ impl Report {
             write_error: None,
             last_eval: String::new(),
             tokens_per_sample: None,
-            cap,
+            cap: None,
         })
     }
 
@@ -272,7 +273,9 @@ impl Report {
             }
         }
         match event {
+            TrainEvent::Probe(probe) => self.bar.suspend(|| super::plan::print_probe(probe)),
             TrainEvent::Started(started) => {
+                self.cap = started.cap;
                 self.bar.set_length(started.total_steps);
                 self.bar.set_position(started.resumed_at.unwrap_or(0));
                 self.tokens_per_sample = started.tokens_per_sample;
@@ -388,13 +391,17 @@ fn phases_text(step: u64, phases: &[PhaseSample]) -> String {
 
 /// The trainer and its progress: a fresh run, or the one saved in `--resume`'s folder. Also
 /// the data location the run reads.
-async fn start(args: &TrainArgs) -> anyhow::Result<(Trainer, Progress, DataSource, String)> {
+async fn start(
+    args: &TrainArgs,
+    report: &mut Report,
+) -> anyhow::Result<(Trainer, Progress, DataSource, String)> {
     let (device, backend) = (args.backend.device(), args.backend.name());
     let Some(dir) = &args.resume else {
         let config = args.config();
         let data = args.data.clone().context("--data is required")?;
         let source = DataSource::open(&data, config.stream_options()).await?;
-        let mut trainer = Trainer::new(config, &source, device, backend)?;
+        let mut on_probe = |probe: &ProbeReport| report.event(&TrainEvent::Probe(probe.clone()));
+        let mut trainer = Trainer::reporting_probes(config, &source, device, backend, &mut on_probe)?;
         if let Some(path) = &args.init {
             let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
             trainer
@@ -440,7 +447,8 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
     if let Some(why) = args.backend.unavailable() {
         anyhow::bail!(why);
     }
-    let (mut trainer, mut progress, source, data) = start(&args).await?;
+    let mut report = Report::new(args.metrics.as_ref())?;
+    let (mut trainer, mut progress, source, data) = start(&args, &mut report).await?;
     if args.memory_phases {
         trainer.record_memory_phases();
     }
@@ -450,7 +458,6 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
     let resumed_folder = args.resume.clone().filter(|path| path.is_dir());
     let checkpoints = args.checkpoint_dir.clone().or(resumed_folder);
     let interrupted = interrupt_flag();
-    let mut report = Report::new(args.metrics.as_ref(), config.cap)?;
     let summary = loop {
         let before = trainer.step();
         for event in progress.advance(&mut trainer, &source).await? {

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::config::{Moments, Precision};
+use super::probe::ProbeReport;
 use crate::data::Split;
 use crate::memory::{Breakdown, Calibration, DataSettings, Enforcement, MemorySample, PhaseSample};
 
@@ -128,6 +129,9 @@ pub struct TextSample {
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum TrainEvent {
+    /// A probe step before step 1 started or ended; reported while the trainer is made
+    /// (`Trainer::reporting_probes`), so always before `Started`.
+    Probe(ProbeReport),
     Started(RunStarted),
     Step(StepRecord),
     Eval(EvalRecord),

@@ -7,7 +7,11 @@
 //! update happens), the optimizer state is thrown away, no sample is drawn from the data
 //! stream, and the pages they cached are released before step 1.
 
+use std::cell::RefCell;
+
 use burn::prelude::*;
+use serde::Serialize;
+use web_time::Instant;
 
 use super::config::{Precision, TrainConfig};
 use super::error::TrainError;
@@ -38,8 +42,44 @@ const CLIMB_SHARE: f64 = 0.25;
 /// How many times a pick made on corrected figures is probed and made again.
 const CONFIRMATIONS: usize = 3;
 
+/// Why a probe runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeStage {
+    /// One update that moves the weights into the pools the steps carve; not measured.
+    WarmUp,
+    /// A rung of the ladder up to the census's pick.
+    Ladder,
+    /// A rung above the census's pick, looking for a faster setting.
+    Climb,
+    /// The pick made on calibrated figures, which no probe had run.
+    Confirm,
+}
+
+/// One probe as it starts (`finished` false) and as it ends. The probes run before step 1
+/// and take minutes each on a slow device (26-53 min in all for the GPTs of the ladder on
+/// lavapipe), so the CLI prints these and the page shows them.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProbeReport {
+    pub stage: ProbeStage,
+    pub micro_batch: usize,
+    /// Two micro-batches a probe step, the running sum of gradients alive.
+    pub accumulating: bool,
+    pub levers: ProbedLevers,
+    /// The census's figure for this setting (device only).
+    pub census_reserved: u64,
+    pub finished: bool,
+    /// The probe's measured peak reservation, once finished.
+    pub peak_reserved: Option<u64>,
+    /// Since this probe started.
+    pub seconds: f64,
+}
+
+/// Where probe reports go.
+pub type ReportProbe<'a> = &'a mut dyn FnMut(&ProbeReport);
+
 /// What the probes run with.
-struct ProbeSetting<'a> {
+struct ProbeSetting<'a, 'r> {
     config: &'a TrainConfig,
     plan: &'a RunPlan,
     /// The top of the ladder: the census's pick, or the largest micro-batch allowed where
@@ -50,9 +90,10 @@ struct ProbeSetting<'a> {
     levers: ProbedLevers,
     /// The samples the run trains on, all steps together.
     run_samples: u64,
+    report: &'a RefCell<ReportProbe<'r>>,
 }
 
-impl ProbeSetting<'_> {
+impl ProbeSetting<'_, '_> {
     /// Whether a rung expected at `device_bytes` stays under the cap itself: worth
     /// measuring even where the expectation leaves no headroom, as it may over-count (on a
     /// small model the allocator's fixed pages are most of the peak, and a probe's excess
@@ -65,13 +106,15 @@ impl ProbeSetting<'_> {
 }
 
 /// Plans `config` for `device` (with autodiff) and, where the config asks for it,
-/// calibrates the plan on probe steps; returns it with the run's model, initialized from
-/// the config's seed and unchanged by the probes.
+/// calibrates the plan on probe steps, each reported to `report` as it starts and ends;
+/// returns it with the run's model, initialized from the config's seed and unchanged by
+/// the probes.
 pub fn probed_plan(
     config: &TrainConfig,
     source: &DataSource,
     device: &Device,
     backend: &str,
+    report: ReportProbe,
 ) -> Result<(RunPlan, Model), TrainError> {
     let mut run_plan = plan::for_run(config, source, device, backend)?;
     // Seeded so the same config starts from the same weights.
@@ -81,6 +124,7 @@ pub fn probed_plan(
         return Ok((run_plan, model));
     }
     let largest = plan::micro_batch_choices(config)[0];
+    let report = RefCell::new(report);
     let setting = ProbeSetting {
         config,
         plan: &run_plan,
@@ -89,11 +133,12 @@ pub fn probed_plan(
         run_samples: config
             .total_steps(source.sample_count(crate::data::Split::Train))
             .saturating_mul(config.effective_batch as u64),
+        report: &report,
     };
     let (mut model, calibration) = calibrate(model, &setting, device);
     if let Some(calibration) = calibration {
         run_plan.plan.calibrate(calibration);
-        model = confirm(model, config, &mut run_plan, device);
+        model = confirm(model, config, &mut run_plan, device, &report);
     }
     Ok((run_plan, model))
 }
@@ -104,7 +149,13 @@ pub fn probed_plan(
 /// at batch 64 under 160 MiB moved from the probed checkpointing to none, at a calibrated
 /// 123.7 MiB that no probe had measured; the 8x512 at batch 8 under 256 MiB from the
 /// probed micro-batch 1 to 4 (calibrated 199.2 MiB, measured 212.1 from step 2).
-fn confirm(mut model: Model, config: &TrainConfig, run_plan: &mut RunPlan, device: &Device) -> Model {
+fn confirm(
+    mut model: Model,
+    config: &TrainConfig,
+    run_plan: &mut RunPlan,
+    device: &Device,
+    report: &RefCell<ReportProbe>,
+) -> Model {
     for _ in 0..CONFIRMATIONS {
         let (Some(chosen), Some(calibration)) = (run_plan.plan.chosen(), run_plan.plan.calibration.clone())
         else {
@@ -121,17 +172,16 @@ fn confirm(mut model: Model, config: &TrainConfig, run_plan: &mut RunPlan, devic
             target_micro_batch: micro_batch,
             levers,
             run_samples: 0,
+            report,
         };
         let census_reserved = run_plan.probe_census(micro_batch, accumulating, levers);
         let pure = levers.precision == Precision::F16Pure;
-        let (probed, peak) = probe(
-            half_if(pure, model),
-            &setting,
+        let rung = Rung {
+            stage: ProbeStage::Confirm,
             micro_batch,
             accumulating,
-            STEPS_PER_PROBE,
-            device,
-        );
+        };
+        let (probed, peak) = probe(half_if(pure, model), &setting, rung, STEPS_PER_PROBE, device);
         model = full_if(pure, probed);
         device.memory_cleanup();
         let Some(peak_reserved) = peak else {
@@ -180,13 +230,18 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
     // The weights were placed in pages at initialization; the first update moves them
     // into the pools the steps carve, where they stay. Probing only after that move
     // measures the pages the run's steps will see.
-    let (mut model, _) = probe(model, setting, ladder[0], accumulating, 1, device);
+    let warm_up = Rung {
+        stage: ProbeStage::WarmUp,
+        micro_batch: ladder[0],
+        accumulating,
+    };
+    let (mut model, _) = probe(model, setting, warm_up, 1, device);
     let mut probes: Vec<Probe> = Vec::new();
     for micro_batch in ladder.into_iter().chain(above) {
         // Rungs up to the target accumulate as the target does; one above it as it would.
-        let accumulating = match micro_batch > target {
-            true => micro_batch < setting.config.effective_batch,
-            false => accumulating,
+        let (stage, accumulating) = match micro_batch > target {
+            true => (ProbeStage::Climb, micro_batch < setting.config.effective_batch),
+            false => (ProbeStage::Ladder, accumulating),
         };
         let census_reserved = setting.plan.probe_census(micro_batch, accumulating, levers);
         // The first rung, a quarter of the target, always runs: a step that small is what
@@ -196,7 +251,12 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
         {
             break;
         }
-        let (probed, peak) = probe(model, setting, micro_batch, accumulating, STEPS_PER_PROBE, device);
+        let rung = Rung {
+            stage,
+            micro_batch,
+            accumulating,
+        };
+        let (probed, peak) = probe(model, setting, rung, STEPS_PER_PROBE, device);
         model = probed;
         let Some(peak_reserved) = peak else {
             return (full_if(pure, model), None);
@@ -260,9 +320,52 @@ fn probe_samples(micro_batch: usize, accumulating: bool) -> u64 {
     (STEPS_PER_PROBE * micro_batch * micro_steps_per_probe_step(accumulating)) as u64
 }
 
+/// What one probe runs: its micro-batch, and whether the run accumulates.
+#[derive(Clone, Copy)]
+struct Rung {
+    stage: ProbeStage,
+    micro_batch: usize,
+    accumulating: bool,
+}
+
+/// The peak reservation over `step_count` steps of `rung`, reported as it starts and ends.
+fn probe(
+    model: Model,
+    setting: &ProbeSetting,
+    rung: Rung,
+    step_count: usize,
+    device: &Device,
+) -> (Model, Option<u64>) {
+    let Rung {
+        stage,
+        micro_batch,
+        accumulating,
+    } = rung;
+    let started = Instant::now();
+    let mut report = ProbeReport {
+        stage,
+        micro_batch,
+        accumulating,
+        levers: setting.levers,
+        census_reserved: setting
+            .plan
+            .probe_census(micro_batch, accumulating, setting.levers),
+        finished: false,
+        peak_reserved: None,
+        seconds: 0.0,
+    };
+    (setting.report.borrow_mut())(&report);
+    let (model, peak) = probe_steps(model, setting, micro_batch, accumulating, step_count, device);
+    report.finished = true;
+    report.peak_reserved = peak;
+    report.seconds = started.elapsed().as_secs_f64();
+    (setting.report.borrow_mut())(&report);
+    (model, peak)
+}
+
 /// The peak reservation over `step_count` steps at `micro_batch`: two micro-batches a step
 /// when the run accumulates (its running sum alive), one otherwise.
-fn probe(
+fn probe_steps(
     mut model: Model,
     setting: &ProbeSetting,
     micro_batch: usize,

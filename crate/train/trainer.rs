@@ -11,7 +11,7 @@ use super::error::TrainError;
 use super::events::{EvalRecord, RunStarted, StepRecord, TextSample};
 use super::optimizer::Optimizer;
 use super::precision::{self, LossScaler};
-use super::probe::probed_plan;
+use super::probe::{ReportProbe, probed_plan};
 use super::schedule::Schedule;
 use super::step::{MicroSteps, accumulate_gradients};
 use super::{plan, tensors};
@@ -91,13 +91,24 @@ fn planned_enforcement(config: &TrainConfig, plan: &Plan, chosen: &Candidate) ->
 
 impl Trainer {
     pub fn new(
-        mut config: TrainConfig,
+        config: TrainConfig,
         source: &DataSource,
         device: Device,
         backend: &str,
     ) -> Result<Self, TrainError> {
+        Self::reporting_probes(config, source, device, backend, &mut |_| {})
+    }
+
+    /// [`Trainer::new`], each probe step reported to `report` as it starts and ends.
+    pub fn reporting_probes(
+        mut config: TrainConfig,
+        source: &DataSource,
+        device: Device,
+        backend: &str,
+        report: ReportProbe,
+    ) -> Result<Self, TrainError> {
         let train_device = device.clone().autodiff();
-        let (run_plan, model) = probed_plan(&config, source, &train_device, backend)?;
+        let (run_plan, model) = probed_plan(&config, source, &train_device, backend, report)?;
         let input = run_plan.input;
         let precision_note = run_plan.precision_note.clone();
         let levers_reason = super::advice::pick_reason(&run_plan);

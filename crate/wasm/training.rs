@@ -15,6 +15,7 @@ use crate::data::ErrorKind;
 use crate::memory::{Candidate, MemoryTracker, Plan};
 use crate::model::generate::SampleSettings;
 use crate::train::error::Refusal;
+use crate::train::probe::ProbeReport;
 use crate::train::{Precision, Progress, TrainConfig, TrainError, Trainer, advice, plan, saved_run};
 
 fn preference(value: &str) -> Result<Preference, JsValue> {
@@ -192,11 +193,33 @@ impl Training {
     /// `init`, where given, is a safetensors file of parameters to start from (see
     /// `headroom train --init`): one that does not fit the model rejects with
     /// `bad-checkpoint`, naming the first mismatch.
-    pub fn create(url: String, config: JsValue, backend: String, init: Option<Vec<u8>>) -> js_sys::Promise {
+    ///
+    /// `on_probe`, where given, is called with each probe step's `ProbeReport` as it
+    /// starts and ends, before the promise resolves (the probes take minutes on a slow
+    /// device).
+    pub fn create(
+        url: String,
+        config: JsValue,
+        backend: String,
+        init: Option<Vec<u8>>,
+        on_probe: Option<js_sys::Function>,
+    ) -> js_sys::Promise {
         future_to_promise(async move {
             let (config, acquired, source) = open(&url, config, &backend).await?;
-            let mut trainer = Trainer::new(config, &source, acquired.device.clone(), acquired.backend)
-                .map_err(train_error_to_js)?;
+            // A report that cannot reach the page is dropped: it is progress, not the run.
+            let mut report = |report: &ProbeReport| {
+                if let (Some(on_probe), Ok(value)) = (&on_probe, to_js(report)) {
+                    let _ = on_probe.call1(&JsValue::NULL, &value);
+                }
+            };
+            let mut trainer = Trainer::reporting_probes(
+                config,
+                &source,
+                acquired.device.clone(),
+                acquired.backend,
+                &mut report,
+            )
+            .map_err(train_error_to_js)?;
             if let Some(bytes) = init {
                 trainer.load_weights(&bytes).map_err(train_error_to_js)?;
             }

@@ -100,6 +100,21 @@ test("a cap just above a step's measured peak makes the enforcer shrink the micr
   await page.click("#start");
   // Shown once the probe steps are done.
   await page.waitForFunction(() => /Calibrated on probe steps: peak /.test(document.getElementById("plan").textContent), null, { timeout: 120000 });
+  // Each probe was reported as it ran: the warm-up first, then what the calibration holds.
+  const probes = await page.evaluate(() => {
+    const entries = playground.log.entries();
+    const reports = entries.filter((e) => e.event === "probe");
+    const pair = (p) => [p.micro_batch, p.peak_reserved];
+    return {
+      first: reports[0],
+      measured: reports.filter((p) => p.finished && p.stage !== "warm_up" && p.peak_reserved != null).map(pair),
+      calibrated: entries.find((e) => e.event === "started").calibration.probes.map(pair),
+    };
+  });
+  assert.equal(probes.first.stage, "warm_up");
+  assert.equal(probes.first.finished, false);
+  assert.ok(probes.measured.length > 0, "no probe was reported");
+  assert.deepEqual(probes.measured, probes.calibrated);
   // Settings edited during the run are previewed once it ends: till then the plan panel
   // keeps the run's calibration.
   await page.evaluate(() => {

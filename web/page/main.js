@@ -2,7 +2,7 @@
 import { MetricsLog } from "./bounded.js";
 import { Charts, countedBytes } from "./charts.js";
 import { listDatasets, offerF16, onModelChange, readRun } from "./controls.js";
-import { fillTable, formatBytes, formatBytesUp } from "./format.js";
+import { describeProbe, fillTable, formatBytes, formatBytesUp } from "./format.js";
 import { heapNote, sampleHeap } from "./heap.js";
 import { initWeights, offerForget, onGenerated, onPrepared, onTextError, wireOwnData } from "./own-data.js";
 import { ErrorKind, Reply, Request } from "./protocol.js";
@@ -340,6 +340,10 @@ function onMessage({ data }) {
       if (stale(data, Request.PLAN)) break;
       showPlan(data.preview);
       showDevice(data.preview.device);
+      break;
+    case Reply.PROBE:
+      log.push({ event: "probe", at: data.at, ...data.report });
+      if (page.state === "starting") showStatus(describeProbe(data.report));
       break;
     case Reply.STARTED:
       page.runId = data.id;

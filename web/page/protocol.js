@@ -20,6 +20,7 @@
 //   { type: "ready" }                                  once the wasm module is loaded
 //   { type: "device", report }                         answers describe
 //   { type: "planned", preview }                       answers plan
+//   { type: "probe", report, at }                      a probe step before step 1 starts or ends (Rust's ProbeReport)
 //   { type: "started", device }                        the run's device; events follow
 //   { type: "events", events, at }                     TrainEvents of one step (at: ms epoch)
 //   { type: "memory", sample, at }                     a MemorySample between steps
@@ -63,6 +64,7 @@ export const Reply = Object.freeze({
   READY: "ready",
   DEVICE: "device",
   PLANNED: "planned",
+  PROBE: "probe",
   STARTED: "started",
   EVENTS: "events",
   MEMORY: "memory",

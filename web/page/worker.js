@@ -67,7 +67,9 @@ function wake() {
 /// A new run: its settings are kept with its checkpoints, which go under a fresh id.
 async function train({ url, config, backend, saveEvery = 0, init = undefined }) {
   const meta = { id: `run-${Date.now()}`, url, config, backend, started_at: Date.now() };
-  return drive(() => Training.create(url, config, backend, init), meta, saveEvery);
+  // Each probe step, as it starts and ends, while `create` plans the run before step 1.
+  const onProbe = (report) => self.postMessage({ type: Reply.PROBE, report, at: Date.now() });
+  return drive(() => Training.create(url, config, backend, init, onProbe), meta, saveEvery);
 }
 
 /// A saved run, going on from its checkpoint under the same id.
