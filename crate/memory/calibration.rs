@@ -88,6 +88,11 @@ impl Calibration {
             .any(|p| p.micro_batch == micro_batch && self.ran(p, levers))
     }
 
+    /// Whether any probe ran with these levers.
+    pub fn ran_levers(&self, levers: ProbedLevers) -> bool {
+        self.probes.iter().any(|p| self.ran(p, levers))
+    }
+
     /// Whether `probe` ran with `levers` (any, where the calibration did not record them).
     fn ran(&self, probe: &Probe, levers: ProbedLevers) -> bool {
         probe.levers.or(self.levers).is_none_or(|probed| probed == levers)

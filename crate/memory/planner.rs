@@ -218,6 +218,19 @@ impl Plan {
         self.smallest_fitting().map(|c| enforcer::cap_for(c.peak()))
     }
 
+    /// The pick the census alone would make among the candidates `eligible` lets in.
+    pub fn census_pick_among(&self, eligible: impl Fn(&Candidate) -> bool) -> Option<&Candidate> {
+        let judged: Vec<Candidate> = self
+            .candidates
+            .iter()
+            .map(|c| Candidate {
+                fits: eligible(c) && enforcer::within_limit(self.cap, c.predicted_peak),
+                ..c.clone()
+            })
+            .collect();
+        choose(&judged).map(|i| &self.candidates[i])
+    }
+
     /// Re-judges every candidate on the probes' measurements and picks again.
     pub fn calibrate(&mut self, calibration: Calibration) {
         for c in &mut self.candidates {
@@ -609,6 +622,7 @@ fn recomputed_peak(segments: &[Segment]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::Probe;
     use crate::memory::enforcer::HEADROOM;
     // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
     #[cfg(target_arch = "wasm32")]
@@ -732,6 +746,47 @@ mod tests {
             "a larger micro-batch fits"
         );
         assert_eq!(pick.accumulation_steps * pick.micro_batch, 256);
+    }
+
+    /// Where the probes of one lever put every setting over the cap, the others rest on
+    /// that lever's excess: the census names the setting of another lever to probe before
+    /// the cap is refused (probe.rs's `confirm`), and once measured it is picked.
+    #[test]
+    fn where_one_levers_probes_fit_nothing_another_lever_is_named_and_picked() {
+        let r = request(PoolModel::Host);
+        let plain = plan(&r, None).chosen().unwrap().peak();
+        let mut capped = plan(&r, Some(enforcer::cap_for(plain)));
+        let probed = ProbedLevers {
+            precision: Precision::F16,
+            checkpointing: false,
+            moments: Moments::F32,
+        };
+        let census = |c: &Candidate| c.breakdown.device();
+        let over = |micro_batch: usize, levers: Option<ProbedLevers>, census_reserved: u64, by: u64| Probe {
+            micro_batch,
+            peak_reserved: census_reserved + by,
+            census_reserved,
+            levers,
+        };
+        let f16 = capped.candidates.iter().find(|c| c.levers() == probed).unwrap();
+        let calibration = Calibration::fit(vec![over(f16.micro_batch, None, census(f16), 1 << 30)])
+            .unwrap()
+            .probed_with(probed);
+        capped.calibrate(calibration.clone());
+        assert!(capped.chosen().is_none(), "a GiB over fits nothing");
+        let untried = |c: &Candidate| !calibration.ran_levers(c.levers());
+        let named = capped
+            .census_pick_among(untried)
+            .expect("another lever fits by the census");
+        assert_ne!(named.levers(), probed);
+        assert!(enforcer::within_limit(capped.cap, named.predicted_peak));
+        let (micro_batch, levers, device) = (named.micro_batch, named.levers(), census(named));
+        let mut confirmed = calibration;
+        confirmed.probes.push(over(micro_batch, Some(levers), device, 0));
+        capped.calibrate(confirmed);
+        let pick = capped.chosen().expect("the measured setting fits");
+        assert_eq!(pick.levers(), levers);
+        assert!(!capped.candidates.iter().any(|c| c.fits && c.levers() == probed));
     }
 
     fn setting(c: &Candidate) -> (usize, Precision, bool) {
