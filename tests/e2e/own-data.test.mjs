@@ -5,7 +5,7 @@
 // tests/run-all sets HEADROOM_BIN and HEADROOM_CHECK_PYTHON and builds static/pkg first.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -41,7 +41,7 @@ async function drop(page, files) {
 const textStatus = (page, pattern) =>
   page.waitForFunction((source) => new RegExp(source).test(document.getElementById("text-status").textContent), pattern.source, { timeout: 60000 });
 
-test("a dropped text file trains the GPT under a cap, survives a reload, writes text during and after the run, and leaves as safetensors PyTorch's definition takes", async () => {
+test("a dropped text file trains the GPT under a cap, survives a reload, writes text during and after the run, and leaves as safetensors PyTorch's definition takes", async (t) => {
   const context = await shared.browser.newContext({ viewport: { width: 1200, height: 900 }, acceptDownloads: true });
   const { page, problems } = await openPlayground({ newPage: () => context.newPage() }, shared.server.url);
   const corpus = Buffer.from(generatedText(30000));
@@ -59,6 +59,8 @@ test("a dropped text file trains the GPT under a cap, survives a reload, writes 
 
   // The same chunks `headroom prepare --text` writes from the same file.
   const work = mkdtempSync(join(tmpdir(), "headroom-own-data-"));
+  // Each run left its folder behind (the corpus, its chunks and a safetensors file).
+  t.after(() => rmSync(work, { recursive: true, force: true }));
   writeFileSync(join(work, "Kings.txt"), corpus);
   execFileSync(process.env.HEADROOM_BIN, ["prepare", "--text", join(work, "Kings.txt"), "--name", "kings", "--out-root", join(work, "data")]);
   const native = JSON.parse(readFileSync(join(work, "data/kings/manifest.json"), "utf8"));
