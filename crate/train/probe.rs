@@ -57,7 +57,7 @@ pub enum ProbeStage {
 }
 
 /// One probe as it starts (`finished` false) and as it ends. The probes run before step 1
-/// and take minutes each on a slow device (26-53 min in all for the GPTs of the ladder on
+/// and take minutes on a slow device (9-53 min in all for the GPTs of the ladder on
 /// lavapipe), so the CLI prints these and the page shows them.
 #[derive(Clone, Debug, Serialize)]
 pub struct ProbeReport {
@@ -146,10 +146,11 @@ pub fn probed_plan(
 /// Where the calibrated pick is a setting no probe ran (other levers, or a micro-batch the
 /// ladder did not reach), probes it too and picks again, so that the figure the run rests
 /// on is a measurement, up to [`CONFIRMATIONS`] times. Where nothing fits, probes the
-/// census's pick among the levers no probe ran, before the cap is refused. Before, on lavapipe: the 6x384 GPT
-/// at batch 64 under 160 MiB moved from the probed checkpointing to none, at a calibrated
-/// 123.7 MiB that no probe had measured; the 8x512 at batch 8 under 256 MiB from the
-/// probed micro-batch 1 to 4 (calibrated 199.2 MiB, measured 212.1 from step 2).
+/// census's pick among the levers no probe ran, before the cap is refused. Before, on
+/// lavapipe: the 6x384 GPT at batch 64 under 160 MiB moved from the probed checkpointing
+/// to none, at a calibrated 123.7 MiB that no probe had measured; the 8x512 at batch 8
+/// under 256 MiB from the probed micro-batch 1 to 4 (calibrated 199.2 MiB, measured 212.1
+/// from step 2).
 fn confirm(
     mut model: Model,
     config: &TrainConfig,
@@ -193,6 +194,7 @@ fn confirm(
             stage: ProbeStage::Confirm,
             micro_batch,
             accumulating,
+            census_reserved,
         };
         let (probed, peak) = probe(half_if(pure, model), &setting, rung, STEPS_PER_PROBE, device);
         model = full_if(pure, probed);
@@ -247,6 +249,7 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
         stage: ProbeStage::WarmUp,
         micro_batch: ladder[0],
         accumulating,
+        census_reserved: setting.plan.probe_census(ladder[0], accumulating, levers),
     };
     let (mut model, _) = probe(model, setting, warm_up, 1, device);
     let mut probes: Vec<Probe> = Vec::new();
@@ -268,6 +271,7 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
             stage,
             micro_batch,
             accumulating,
+            census_reserved,
         };
         let (probed, peak) = probe(model, setting, rung, STEPS_PER_PROBE, device);
         model = probed;
@@ -333,12 +337,14 @@ fn probe_samples(micro_batch: usize, accumulating: bool) -> u64 {
     (STEPS_PER_PROBE * micro_batch * micro_steps_per_probe_step(accumulating)) as u64
 }
 
-/// What one probe runs: its micro-batch, and whether the run accumulates.
+/// What one probe runs: its micro-batch, whether the run accumulates, and the census's
+/// figure for it (which the probe's report and its `Probe` both carry).
 #[derive(Clone, Copy)]
 struct Rung {
     stage: ProbeStage,
     micro_batch: usize,
     accumulating: bool,
+    census_reserved: u64,
 }
 
 /// The peak reservation over `step_count` steps of `rung`, reported as it starts and ends.
@@ -353,6 +359,7 @@ fn probe(
         stage,
         micro_batch,
         accumulating,
+        census_reserved,
     } = rung;
     let started = Instant::now();
     let mut report = ProbeReport {
@@ -360,9 +367,7 @@ fn probe(
         micro_batch,
         accumulating,
         levers: setting.levers,
-        census_reserved: setting
-            .plan
-            .probe_census(micro_batch, accumulating, setting.levers),
+        census_reserved,
         finished: false,
         peak_reserved: None,
         seconds: 0.0,
