@@ -1,0 +1,96 @@
+// The GPT ladder in the page (issue 44): each rung trains under its cap from the playground's
+// cap field, precision, checkpointing, moments and micro-batch left on auto, on the page's
+// WebGPU in headless Chromium; one line each: the levers the page picked, its calibrated
+// figure, the measured peak (device reserved + data held, every sample), the loss.
+// `headroom bench ladder` is the native counterpart.
+//   node web/bench/ladder.mjs [--runs 64:4x128,256:8x512,1024:12x768] [--steps 20]
+//                             [--batch 8] [--context 256] [--timeout-min 600] [--plan-only]
+// (after web/scripts/build-wasm and cargo build --bin headroom; HEADROOM_BIN names another).
+// A run is CAP_MIB:LAYERSxWIDTH, with as many heads as layers (nanoGPT's shapes).
+// --plan-only prints the page's plan line for each (the census, in seconds) and trains nothing.
+import { parseArgs } from "node:util";
+import { launchChromium, openPlayground, serve, setRun } from "./harness.mjs";
+
+const MIB = 2 ** 20;
+const { values: options } = parseArgs({
+  options: {
+    runs: { type: "string", default: "64:4x128,256:8x512,1024:12x768" },
+    steps: { type: "string", default: "20" },
+    batch: { type: "string", default: "8" },
+    context: { type: "string", default: "256" },
+    "timeout-min": { type: "string", default: "600" },
+    "plan-only": { type: "boolean", default: false },
+  },
+});
+
+function parseRun(text) {
+  const match = /^(\d+):(\d+)x(\d+)$/.exec(text.trim());
+  if (!match) throw new Error(`a run is CAP_MIB:LAYERSxWIDTH, like 256:8x512; got ${JSON.stringify(text)}`);
+  const [, cap, layers, width] = match.map(Number);
+  return { cap, layers, width, name: `${layers}x${width} under ${cap} MiB` };
+}
+
+const mib = (bytes) => (bytes == null ? "-" : (bytes / MIB).toFixed(1));
+
+function describeLevers(started) {
+  const levers = [started.precision, started.checkpointing ? "checkpointing" : null, started.moments === "f32" ? null : `${started.moments} moments`];
+  return `${levers.filter(Boolean).join(", ")}, micro-batch ${started.micro_batch}`;
+}
+
+async function train(server, run) {
+  const browser = await launchChromium();
+  try {
+    const { page, problems } = await openPlayground(browser, server.url);
+    await setRun(page, { model: "gpt", backend: "webgpu", cap: run.cap, batch: options.batch, steps: options.steps });
+    for (const [id, value] of [["gpt-layers", run.layers], ["gpt-heads", run.layers], ["gpt-width", run.width], ["gpt-context", options.context], ["micro-batch", "auto"]]) {
+      await page.fill(`#${id}`, String(value));
+    }
+    // The plan line names the cap once it is planned for this shape, fit or not.
+    const capText = run.cap >= 1024 ? `${(run.cap / 1024).toFixed(1)} GiB` : `${run.cap}.0 MiB`;
+    const planned = await page
+      .waitForFunction((text) => document.getElementById("plan").textContent.includes(text), capText, { timeout: 120000 })
+      .then(() => true, () => false);
+    const plan = await page.textContent("#plan");
+    if (!planned) return { run, outcome: `no plan for this cap in 2 min: ${plan}` };
+    if (!/^Plan: /.test(plan)) return { run, outcome: `refused: ${plan}` };
+    if (options["plan-only"]) return { run, outcome: plan };
+    const started = Date.now();
+    await page.click("#start");
+    await page.waitForFunction(() => playground.state === "ended", null, { timeout: Number(options["timeout-min"]) * 60000, polling: 5000 });
+    const log = await page.evaluate(() => playground.log.entries());
+    const steps = log.filter((entry) => entry.event === "step");
+    const begun = log.find((entry) => entry.event === "started");
+    const samples = await page.evaluate(() => playground.charts.samples);
+    const counted = samples.map((s) => (s.gpu_bytes_reserved ?? 0) + s.data_bytes_held);
+    const peak = counted.length ? Math.max(...counted) : null;
+    const over = counted.filter((bytes) => bytes > run.cap * MIB).length;
+    return {
+      run,
+      outcome: steps.length === Number(options.steps) ? "trained" : `stopped: ${await page.textContent("#status")}`,
+      levers: begun ? describeLevers(begun) : "-",
+      calibrated: begun?.calibrated_peak ?? null,
+      peak,
+      over,
+      samples: counted.length,
+      loss: steps.length ? `${steps[0].loss.toFixed(3)} -> ${steps.at(-1).loss.toFixed(3)}` : "-",
+      steps: steps.length,
+      minutes: (Date.now() - started) / 60000,
+      problems: problems.length,
+    };
+  } finally {
+    await browser.close();
+  }
+}
+
+const server = await serve();
+try {
+  console.log(`| run | outcome | levers | calibrated | peak counted | samples over the cap | loss | minutes |`);
+  console.log(`|---|---|---|---|---|---|---|---|`);
+  for (const run of options.runs.split(",").map(parseRun)) {
+    const r = await train(server, run);
+    const error = r.problems ? ` (${r.problems} console problems)` : "";
+    console.log(`| ${run.name} | ${r.outcome}${error} | ${r.levers ?? "-"} | ${mib(r.calibrated)} MiB | ${mib(r.peak)} MiB | ${r.over ?? "-"} of ${r.samples ?? "-"} | ${r.loss ?? "-"} | ${r.minutes?.toFixed(1) ?? "-"} |`);
+  }
+} finally {
+  server.stop();
+}
