@@ -9,9 +9,9 @@
 // A run is CAP_MIB:LAYERSxWIDTH, with as many heads as layers (nanoGPT's shapes).
 // --plan-only prints the page's plan line for each (the census, in seconds) and trains nothing.
 import { parseArgs } from "node:util";
+import { describeLevers, formatBytes, fromMiB } from "../page/format.js";
 import { launchChromium, openPlayground, serve, setRun } from "./harness.mjs";
 
-const MIB = 2 ** 20;
 const { values: options } = parseArgs({
   options: {
     runs: { type: "string", default: "64:4x128,256:8x512,1024:12x768" },
@@ -30,13 +30,6 @@ function parseRun(text) {
   return { cap, layers, width, name: `${layers}x${width} under ${cap} MiB` };
 }
 
-const mib = (bytes) => (bytes == null ? "-" : (bytes / MIB).toFixed(1));
-
-function describeLevers(started) {
-  const levers = [started.precision, started.checkpointing ? "checkpointing" : null, started.moments === "f32" ? null : `${started.moments} moments`];
-  return `${levers.filter(Boolean).join(", ")}, micro-batch ${started.micro_batch}`;
-}
-
 async function train(server, run) {
   const browser = await launchChromium();
   try {
@@ -46,7 +39,7 @@ async function train(server, run) {
       await page.fill(`#${id}`, String(value));
     }
     // The plan line names the cap once it is planned for this shape, fit or not.
-    const capText = run.cap >= 1024 ? `${(run.cap / 1024).toFixed(1)} GiB` : `${run.cap}.0 MiB`;
+    const capText = formatBytes(fromMiB(run.cap));
     const planned = await page
       .waitForFunction((text) => document.getElementById("plan").textContent.includes(text), capText, { timeout: 120000 })
       .then(() => true, () => false);
@@ -63,17 +56,16 @@ async function train(server, run) {
     const samples = await page.evaluate(() => playground.charts.samples);
     const counted = samples.map((s) => (s.gpu_bytes_reserved ?? 0) + s.data_bytes_held);
     const peak = counted.length ? Math.max(...counted) : null;
-    const over = counted.filter((bytes) => bytes > run.cap * MIB).length;
+    const over = counted.filter((bytes) => bytes > fromMiB(run.cap)).length;
     return {
       run,
       outcome: steps.length === Number(options.steps) ? "trained" : `stopped: ${await page.textContent("#status")}`,
-      levers: begun ? describeLevers(begun) : "-",
+      levers: begun ? `${describeLevers(begun)}, micro-batch ${begun.micro_batch}` : "-",
       calibrated: begun?.calibrated_peak ?? null,
       peak,
       over,
       samples: counted.length,
       loss: steps.length ? `${steps[0].loss.toFixed(3)} -> ${steps.at(-1).loss.toFixed(3)}` : "-",
-      steps: steps.length,
       minutes: (Date.now() - started) / 60000,
       problems: problems.length,
     };
@@ -89,7 +81,7 @@ try {
   for (const run of options.runs.split(",").map(parseRun)) {
     const r = await train(server, run);
     const error = r.problems ? ` (${r.problems} console problems)` : "";
-    console.log(`| ${run.name} | ${r.outcome}${error} | ${r.levers ?? "-"} | ${mib(r.calibrated)} MiB | ${mib(r.peak)} MiB | ${r.over ?? "-"} of ${r.samples ?? "-"} | ${r.loss ?? "-"} | ${r.minutes?.toFixed(1) ?? "-"} |`);
+    console.log(`| ${run.name} | ${r.outcome}${error} | ${r.levers ?? "-"} | ${formatBytes(r.calibrated)} | ${formatBytes(r.peak)} | ${r.over ?? "-"} of ${r.samples ?? "-"} | ${r.loss ?? "-"} | ${r.minutes?.toFixed(1) ?? "-"} |`);
   }
 } finally {
   server.stop();

@@ -59,17 +59,16 @@ export function fillRows(table, rows) {
   );
 }
 
+/// A setting's memory levers as the page names them: "f32", "f16, checkpointing, 8-bit moments".
+export function describeLevers({ precision, checkpointing, moments }) {
+  return [precision, checkpointing ? "checkpointing" : null, moments === "8bit" ? "8-bit moments" : null].filter(Boolean).join(", ");
+}
+
 const PROBE_STAGES = { warm_up: "warm-up", ladder: "ladder", climb: "climb", confirm: "confirming the pick" };
 
 /// A probe step before step 1 (Rust's ProbeReport), as the status line shows it.
 export function describeProbe(report) {
-  const { levers } = report;
-  const setting = [
-    `micro-batch ${report.micro_batch}${report.accumulating ? " × 2" : ""}`,
-    levers.precision,
-    levers.checkpointing ? "checkpointing" : null,
-    levers.moments === "8bit" ? "8-bit moments" : null,
-  ].filter(Boolean).join(", ");
+  const setting = `micro-batch ${report.micro_batch}${report.accumulating ? " × 2" : ""}, ${describeLevers(report.levers)}`;
   const stage = PROBE_STAGES[report.stage] ?? report.stage;
   if (!report.finished) return `Probing before step 1 (${stage}): ${setting}, census ${formatBytes(report.census_reserved)}…`;
   const peak = report.peak_reserved == null ? "" : `: peak ${formatBytes(report.peak_reserved)}`;

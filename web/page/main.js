@@ -2,7 +2,7 @@
 import { MetricsLog } from "./bounded.js";
 import { Charts, countedBytes } from "./charts.js";
 import { listDatasets, offerF16, onModelChange, readRun } from "./controls.js";
-import { describeProbe, fillTable, formatBytes, formatBytesUp } from "./format.js";
+import { describeLevers, describeProbe, fillTable, formatBytes, formatBytesUp } from "./format.js";
 import { heapNote, sampleHeap } from "./heap.js";
 import { initWeights, offerForget, onGenerated, onPrepared, onTextError, wireOwnData } from "./own-data.js";
 import { ErrorKind, Reply, Request } from "./protocol.js";
@@ -145,7 +145,7 @@ function showPlan(preview) {
   delete plan.dataset.capBytes;
   const cap = preview.plan.cap;
   const data = describeData(chosen.data);
-  const setting = `micro-batch ${chosen.micro_batch} × ${chosen.accumulation_steps} accumulation step(s), ${chosen.precision}${chosen.checkpointing ? ", checkpointing" : ""}${chosen.moments === "8bit" ? ", 8-bit moments" : ""}, ${data}`;
+  const setting = `micro-batch ${chosen.micro_batch} × ${chosen.accumulation_steps} accumulation step(s), ${describeLevers(chosen)}, ${data}`;
   const peak = `predicted peak ${formatBytes(chosen.predicted_peak)} (device ${formatBytes(chosen.predicted_peak - chosen.breakdown.data)}, data ${formatBytes(chosen.breakdown.data)})`;
   const against = cap ? ` of the ${formatBytes(cap)} cap` : " (no cap)";
   const note = preview.precision_note ? ` Note: ${preview.precision_note}.` : "";
@@ -204,7 +204,7 @@ function describeRefusal(refusal) {
 function showLevers(levers) {
   const none = levers.find((l) => l.lever === "none")?.device_bytes;
   fillTable($("levers"), levers.map((l) => [
-    `${l.lever} (micro-batch ${l.micro_batch}, ${l.precision}${l.checkpointing ? ", checkpointing" : ""}${l.moments === "8bit" ? ", 8-bit moments" : ""})`,
+    `${l.lever} (micro-batch ${l.micro_batch}, ${describeLevers(l)})`,
     `${formatBytes(l.device_bytes)}${none ? ` · ${(l.device_bytes / none).toFixed(2)}×` : ""}`,
   ]));
   $("levers").hidden = levers.length === 0;
