@@ -6,9 +6,8 @@
 //! anyway, so this op keeps only that and its input is freed as soon as the forward pass
 //! moves on. On the MLP that is half the saved activations.
 //!
-//! A burn backend extension: the autodiff backend's version differs in what it saves and
-//! how its backward masks; the cubecl backends' forward is a clamp that writes over its
-//! input rather than burn's `relu`, which builds a mask beside it (see their impl).
+//! A burn backend extension: the forward is burn's `relu` on every backend; only the
+//! autodiff backend's version differs, in what it saves and how its backward masks.
 
 // burn marks ndarray deprecated in favour of flex; natively it is an opt-in CPU backend.
 #![allow(deprecated)]
@@ -19,7 +18,7 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
-use burn::backend::ops::{ActivationOps, FloatTensorOps};
+use burn::backend::ops::ActivationOps;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex};
 use burn::prelude::*;
@@ -46,16 +45,7 @@ pub trait ReluKeepingOutput: Backend {
 }
 }
 
-/// burn's `relu` on the cubecl backends builds a bool mask of `x <= 0` (32 bits an element
-/// on wgpu, twice an f16 activation) beside the activation, then fills through it: for a
-/// moment, one more tensor of the layer's size than the ReLU needs, and in a recomputed
-/// segment that moment is where checkpointing peaks. A clamp to [0, inf) is one
-/// elementwise kernel that writes over its input when nothing else holds it.
-impl ReluKeepingOutput for CubeBackend {
-    fn relu_keeping_output(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        Self::float_clamp(tensor, 0.0.into(), f32::INFINITY.into())
-    }
-}
+impl ReluKeepingOutput for CubeBackend {}
 
 /// flex's `relu_backward` is one fused pass with no mask, where its `sign` is a scalar
 /// loop followed by a second pass for the product, a visible part of a CNN step under perf
@@ -92,10 +82,10 @@ impl<B: ReluKeepingOutput, C: CheckpointStrategy> ReluKeepingOutput for Autodiff
             .stateful()
         {
             OpsKind::Tracked(prep) => {
-                let output = B::relu_keeping_output(tensor.into_primitive());
+                let output = B::relu(tensor.into_primitive());
                 prep.finish(output.clone(), output)
             }
-            OpsKind::UnTracked(prep) => prep.finish(B::relu_keeping_output(tensor.into_primitive())),
+            OpsKind::UnTracked(prep) => prep.finish(B::relu(tensor.into_primitive())),
         }
     }
 }
