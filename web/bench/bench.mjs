@@ -5,6 +5,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
+import { countedBytes } from "../page/format.js";
 import { launchChromium, median, openPlayground, repo, serve, setRun } from "./harness.mjs";
 
 const WARMUP_STEPS = 3;
@@ -37,7 +38,7 @@ async function measure(server, run, backend) {
     const config = log.find((entry) => entry.event === "config");
     const started = log.find((entry) => entry.event === "started");
     const steady = steps.slice(WARMUP_STEPS);
-    const counted = memory.map((m) => (m.gpu_bytes_reserved ?? 0) + m.data_bytes_held);
+    const counted = memory.map(countedBytes);
     return {
       case: run.name,
       backend: started.backend,

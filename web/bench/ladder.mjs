@@ -9,7 +9,7 @@
 // A run is CAP_MIB:LAYERSxWIDTH, with as many heads as layers (nanoGPT's shapes).
 // --plan-only prints the page's plan line for each (the census, in seconds) and trains nothing.
 import { parseArgs } from "node:util";
-import { describeLevers, formatBytes, fromMiB } from "../page/format.js";
+import { countedBytes, describeLevers, formatBytes, fromMiB } from "../page/format.js";
 import { launchChromium, openPlayground, serve, setRun } from "./harness.mjs";
 
 const { values: options } = parseArgs({
@@ -54,7 +54,7 @@ async function train(server, run) {
     const steps = log.filter((entry) => entry.event === "step");
     const begun = log.find((entry) => entry.event === "started");
     const samples = await page.evaluate(() => playground.charts.samples);
-    const counted = samples.map((s) => (s.gpu_bytes_reserved ?? 0) + s.data_bytes_held);
+    const counted = samples.map(countedBytes);
     const peak = counted.length ? Math.max(...counted) : null;
     const over = counted.filter((bytes) => bytes > fromMiB(run.cap)).length;
     return {

@@ -4,6 +4,7 @@
 // reloaded halfway, resume from its checkpoint and finish with every step's loss?
 //   node web/bench/soak.mjs    (after web/scripts/build-wasm and cargo build --bin headroom)
 //   SOAK_STEPS=1000 SOAK_TIGHTNESS=1.05 SOAK_LAYERS=64 SOAK_BATCH=128
+import { countedBytes as counted } from "../page/format.js";
 import { launchChromium, openPlayground, serve, setRun } from "./harness.mjs";
 
 const steps = Number(process.env.SOAK_STEPS ?? 1000);
@@ -11,7 +12,6 @@ const tightness = Number(process.env.SOAK_TIGHTNESS ?? 1.05);
 const run = { dataset: "data/fashion-mnist", backend: "webgpu", layers: process.env.SOAK_LAYERS ?? "64", batch: Number(process.env.SOAK_BATCH ?? 128) };
 const saveEvery = Math.max(1, Math.round(steps / 10));
 const mib = (bytes) => (bytes == null ? "—" : `${(bytes / 2 ** 20).toFixed(1)} MiB`);
-const counted = (m) => (m.gpu_bytes_reserved ?? 0) + m.data_bytes_held;
 const ended = (page) => page.waitForFunction(() => playground.state === "ended", null, { timeout: 3600000 });
 
 const server = await serve();

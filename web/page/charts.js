@@ -2,7 +2,7 @@
 // many times a second; the charts redraw at most every REDRAW_MS.
 import uPlot from "./vendor/uplot/uPlot.esm.js";
 import { halve, peakOf, pushBounded } from "./bounded.js";
-import { fillRows, formatBytes, toMiB } from "./format.js";
+import { countedBytes, fillRows, formatBytes, toMiB } from "./format.js";
 
 const REDRAW_MS = 250;
 /// Points a chart keeps: beyond them it halves its resolution (bounded.js), so a long run
@@ -29,11 +29,6 @@ const colors = {
   cap: "#b3261e",
   predicted: "#555",
 };
-
-/// What the cap counts of a memory sample: the device's reservation and the data pipeline.
-export function countedBytes(sample) {
-  return (sample.gpu_bytes_reserved ?? 0) + sample.data_bytes_held;
-}
 
 function line(label, stroke, extra = {}) {
   return { label, stroke, width: 1.5, spanGaps: true, ...extra };

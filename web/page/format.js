@@ -59,6 +59,11 @@ export function fillRows(table, rows) {
   );
 }
 
+/// What the cap counts of a memory sample: the device's reservation and the data pipeline.
+export function countedBytes(sample) {
+  return (sample.gpu_bytes_reserved ?? 0) + sample.data_bytes_held;
+}
+
 /// A setting's memory levers as the page names them: "f32", "f16, checkpointing, 8-bit moments".
 export function describeLevers({ precision, checkpointing, moments }) {
   return [precision, checkpointing ? "checkpointing" : null, moments === "8bit" ? "8-bit moments" : null].filter(Boolean).join(", ");

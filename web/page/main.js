@@ -1,8 +1,8 @@
 // The page: reads the controls, drives the worker, plots what comes back.
 import { MetricsLog } from "./bounded.js";
-import { Charts, countedBytes } from "./charts.js";
+import { Charts } from "./charts.js";
 import { listDatasets, offerF16, onModelChange, readRun } from "./controls.js";
-import { describeLevers, describeProbe, fillTable, formatBytes, formatBytesUp } from "./format.js";
+import { countedBytes, describeLevers, describeProbe, fillTable, formatBytes, formatBytesUp } from "./format.js";
 import { heapNote, sampleHeap } from "./heap.js";
 import { initWeights, offerForget, onGenerated, onPrepared, onTextError, wireOwnData } from "./own-data.js";
 import { ErrorKind, Reply, Request } from "./protocol.js";
