@@ -5,7 +5,7 @@ use burn::prelude::*;
 
 use super::{InputShape, Segment, glorot};
 use crate::ops::matmul::linear;
-use crate::ops::relu::relu;
+use crate::ops::relu::relu_over_input;
 
 #[derive(Module, Debug)]
 pub struct Mlp {
@@ -38,7 +38,11 @@ impl Mlp {
     /// Layer `index` and its ReLU (none after the last): [batch, in] -> [batch, out].
     pub fn segment(&self, index: usize, x: Tensor<2>) -> Tensor<2> {
         let x = linear(&self.layers[index], x);
-        if index + 1 < self.layers.len() { relu(x) } else { x }
+        if index + 1 < self.layers.len() {
+            relu_over_input(x)
+        } else {
+            x
+        }
     }
 }
 

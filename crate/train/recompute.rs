@@ -43,16 +43,7 @@ pub fn backward_by_segments(
     mut on_peak: impl FnMut(Phase),
 ) -> Tensor<1> {
     let last = model.segment_count() - 1;
-    let is_dropped = |index: usize| is_recomputed_input(dropped, index);
-    // Indexed by segment: segment 0's input is the batch, never kept.
-    let mut inputs: Vec<Option<Tensor<2>>> = std::iter::once(None)
-        .chain(
-            segment_inputs(model, upload().inner())
-                .into_iter()
-                .enumerate()
-                .map(|(i, x)| (!is_dropped(i + 1)).then_some(x)),
-        )
-        .collect();
+    let mut inputs = segment_inputs(model, upload().inner(), dropped);
     on_peak(Phase::Forward);
     let constant = model.valid();
     // Segment `index`'s input, as an autodiff leaf. The first segment's comes from the
@@ -98,16 +89,19 @@ pub fn backward_by_segments(
     loss.detach()
 }
 
-/// The inputs of segments 1 and on, computed without autodiff: nothing else of the
-/// forward pass stays alive.
-fn segment_inputs(model: &Model, batch: ModelInput) -> Vec<Tensor<2>> {
+/// The inputs backward keeps, indexed by segment, computed without autodiff: none for
+/// segment 0 (the batch) or for a segment in `dropped`, nothing else of the forward pass
+/// alive. A dropped input is let go as soon as the next segment has read it, so the forward
+/// pass never holds more than the kept ones and the one in hand.
+fn segment_inputs(model: &Model, batch: ModelInput, dropped: u64) -> Vec<Option<Tensor<2>>> {
     let constant = model.valid();
     let count = model.segment_count();
     let mut inputs = Vec::with_capacity(count);
+    inputs.push(None);
     let mut x = constant.stem(batch);
     for index in 0..count - 1 {
         x = constant.segment(index, x);
-        inputs.push(x.clone());
+        inputs.push((!is_recomputed_input(dropped, index + 1)).then(|| x.clone()));
     }
     inputs
 }
