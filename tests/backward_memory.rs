@@ -1,8 +1,8 @@
 //! The MLP's ReLU forward and backward, and backward from the recomputation's
 //! vector-Jacobian seed, measured on wgpu (lavapipe here): none builds a tensor of the
-//! activation's size, where burn's `relu` and `relu_backward` build a 32-bit mask and `sum(output * upstream)`
-//! a product and a copy of `upstream`. Alone in its binary: tests beside it on the same
-//! device would add their tensors to the pool's figures.
+//! activation's size, where burn's `relu` and `relu_backward` build a 32-bit mask and
+//! `sum(output * upstream)` a product and a copy of `upstream`. Alone in its binary: tests
+//! beside it on the same device would add their tensors to the pool's figures.
 #![cfg(not(target_arch = "wasm32"))]
 
 use burn::prelude::*;
