@@ -4,7 +4,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::prelude::*;
 
 use super::{InputShape, Segment, glorot};
-use crate::ops::matmul::linear;
+use crate::ops::linear::linear_keeping_gradient;
 use crate::ops::relu::relu_over_input;
 
 #[derive(Module, Debug)]
@@ -37,7 +37,7 @@ impl Mlp {
 
     /// Layer `index` and its ReLU (none after the last): [batch, in] -> [batch, out].
     pub fn segment(&self, index: usize, x: Tensor<2>) -> Tensor<2> {
-        let x = linear(&self.layers[index], x);
+        let x = linear_keeping_gradient(&self.layers[index], x);
         if index + 1 < self.layers.len() {
             relu_over_input(x)
         } else {

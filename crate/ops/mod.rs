@@ -1,13 +1,15 @@
 //! Backend kernels and devices, below the models: causal attention that keeps nothing
 //! T×T (`attention`), which burn backend a run uses and how
 //! its device is made (`backend`), a matmul on a named routine (`matmul`, `tile_matmul`),
-//! a ReLU that keeps its output (`relu`), the CNN's conv and max-pool on flex (`conv_flex`,
+//! a linear layer whose weight gradient stays off the activations' pages (`linear`), a ReLU
+//! that keeps its output (`relu`), the CNN's conv and max-pool on flex (`conv_flex`,
 //! `max_pool`), and the VJP seed recomputation starts from (`vjp`). Each registers as a
 //! burn backend extension, so it runs under autodiff and fusion too.
 
 pub mod attention;
 pub mod backend;
 pub mod conv_flex;
+pub mod linear;
 pub mod matmul;
 pub mod max_pool;
 pub mod relu;
