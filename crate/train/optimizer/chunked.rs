@@ -21,6 +21,7 @@ impl Optimizer {
     pub(super) fn update_chunked(
         &mut self,
         id: ParamId,
+        place: u64,
         learning_rate: f64,
         tensor: Tensor<1>,
         grad: Tensor<1>,
@@ -51,7 +52,7 @@ impl Optimizer {
             let (part, state) = rule_step(&self.rule, learning_rate, part, grad, state, codebooks.as_ref());
             let time = state.as_ref().map_or(0, |s| s.time);
             updated.push(match half {
-                true => precision::stochastic_round_f16_from(part, rounding_seed(id, time), range.start),
+                true => precision::stochastic_round_f16_from(part, rounding_seed(place, time), range.start),
                 false => part,
             });
             states.extend(state);
@@ -153,7 +154,6 @@ mod tests {
         let mut optimizer = Optimizer::new(config, moments);
         optimizer.chunk = chunk;
         optimizer.inverse_loss_scale = 0.5;
-        // A fixed id: f16 rounding draws by it.
         let id = ParamId::from(7u64);
         for step in 0..3 {
             let grad = values(step as f32 + 1.0, 2.0);
@@ -161,7 +161,7 @@ mod tests {
                 true => grad.cast(FloatDType::F16),
                 false => grad,
             };
-            tensor = optimizer.update(id, 1e-2, tensor, grad);
+            tensor = optimizer.update(id, 0, 1e-2, tensor, grad);
         }
         let state = match &optimizer.states[&id].stored {
             Stored::Full(tensors) => Tensor::cat(tensors.clone(), 0),

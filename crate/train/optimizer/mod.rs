@@ -160,6 +160,7 @@ impl Optimizer {
             optimizer: self,
             grads: &mut grads,
             learning_rate,
+            place: 0,
         })
     }
 
@@ -167,9 +168,11 @@ impl Optimizer {
     /// (f16-pure) is updated in f32 and rounded back stochastically: no f32 copy of it
     /// outlives its own update. Where the update's f32 temporaries are the workspace's
     /// largest (8-bit moments, f16 parameters), a large parameter is updated in chunks.
+    /// `place` is the parameter's position in the model, which its f16 rounding draws by.
     fn update<const D: usize>(
         &mut self,
         id: ParamId,
+        place: u64,
         learning_rate: f64,
         tensor: Tensor<D>,
         grad: Tensor<D>,
@@ -179,7 +182,7 @@ impl Optimizer {
         if elements > self.chunk && (self.moments == Moments::Q8 || tensor.dtype() == DType::F16) {
             let flat = |t: Tensor<D>| t.reshape([elements]);
             return self
-                .update_chunked(id, learning_rate, flat(tensor), flat(grad))
+                .update_chunked(id, place, learning_rate, flat(tensor), flat(grad))
                 .reshape(shape);
         }
         if tensor.dtype() != DType::F16 {
@@ -188,7 +191,7 @@ impl Optimizer {
         let grad = self.unscaled(grad);
         let updated = self.update_f32(id, learning_rate, tensor.cast(FloatDType::F32), grad);
         let time = self.states.get(&id).map_or(0, |s| s.time);
-        precision::stochastic_round_f16(updated, rounding_seed(id, time))
+        precision::stochastic_round_f16(updated, rounding_seed(place, time))
     }
 
     /// An f16 gradient (f16-pure's, of a scaled loss) in f32 and unscaled; others as they are.
@@ -272,11 +275,14 @@ fn rule_step<const D: usize>(
     }
 }
 
-/// A parameter's rounding noise for its update number `time`: another for every
-/// parameter and step, the same when a resumed run repeats them.
-fn rounding_seed(id: ParamId, time: usize) -> u32 {
-    let id = id.val();
-    (id as u32) ^ ((id >> 32) as u32) ^ (time as u32).wrapping_mul(0x9e37_79b9)
+/// The rounding noise of the parameter at `place` (its position in the model) for its
+/// update number `time`: another for every parameter and step, the same in every run of the
+/// same settings and when a resumed run repeats them. Not by the parameter's id: burn draws
+/// ids from the OS's randomness, so two runs from one seed would round apart.
+fn rounding_seed(place: u64, time: usize) -> u32 {
+    (place as u32)
+        ^ ((place >> 32) as u32).wrapping_mul(0x85eb_ca6b)
+        ^ (time as u32).wrapping_mul(0x9e37_79b9)
 }
 
 /// Adam's moments as f32 tensors of the parameter's shape, decoded where stored in 8 bits.
@@ -372,11 +378,15 @@ struct Update<'a> {
     optimizer: &'a mut Optimizer,
     grads: &'a mut GradientsParams,
     learning_rate: f64,
+    /// The float parameters visited so far: the next one's place in the model.
+    place: u64,
 }
 
 impl ModuleMapper for Update<'_> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
         let (id, tensor, mapper) = param.consume();
+        let place = self.place;
+        self.place += 1;
         let Some(grad) = self.grads.remove::<D>(id) else {
             return Param::from_mapped_value(id, tensor, mapper);
         };
@@ -384,7 +394,7 @@ impl ModuleMapper for Update<'_> {
         let strategy = tensor.gradient_checkpointing_strategy();
         let updated = self
             .optimizer
-            .update(id, self.learning_rate, tensor.inner(), grad);
+            .update(id, place, self.learning_rate, tensor.inner(), grad);
         let mut updated = Tensor::from_inner(updated);
         if let Some(strategy) = strategy {
             updated = updated.with_gradient_checkpointing_strategy(strategy);
@@ -549,6 +559,49 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Two runs of f16 parameters without a master copy from the same start end on the
+    /// same bits, though burn gives each run's parameters new random ids: a rounding that
+    /// drew by the id rounded the two apart (it did before the draw took the place).
+    #[test]
+    fn f16_parameters_round_alike_in_two_runs_from_one_start() {
+        struct NewIds;
+        impl ModuleMapper for NewIds {
+            fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+                let (_, tensor, mapper) = param.consume();
+                Param::from_mapped_value(ParamId::new(), tensor, mapper)
+            }
+        }
+        let input = InputShape {
+            height: 4,
+            width: 4,
+            classes: 3,
+            kind: InputKind::Images,
+        };
+        let config = OptimizerConfig {
+            learning_rate: 1e-2,
+            ..OptimizerConfig::default()
+        };
+        let run = |mut model: Model| {
+            let mut optimizer = Optimizer::new(&config, Moments::F32);
+            for step in 0..3 {
+                // Images from a formula, not the device's generator, which tests running side
+                // by side share.
+                let data: Vec<f32> = (0..128).map(|i| (i as f32 * 0.37 + step as f32).sin()).collect();
+                let images = Tensor::<4>::from_data(TensorData::new(data, [8, 1, 4, 4]), &device());
+                let full = crate::train::precision::full_copy(&model);
+                let loss = full.forward(ModelInput::Images(images)).powi_scalar(2).mean();
+                let grads = GradientsParams::from_grads(loss.backward(), &full);
+                model = optimizer.step(config.learning_rate, model, grads);
+            }
+            parameters(&model)
+        };
+        let start =
+            crate::train::precision::half_copy(&ModelConfig::Mlp { hidden: vec![6] }.init(&input, &device()));
+        let first = run(start.clone());
+        assert_ne!(parameters(&start), first, "the steps moved nothing");
+        assert_eq!(first, run(start.map(&mut NewIds)));
     }
 
     /// A batch the MLP can learn: 64 random 8x8 images, labels from a random linear
