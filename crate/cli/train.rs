@@ -396,6 +396,7 @@ async fn start(
     report: &mut Report,
 ) -> anyhow::Result<(Trainer, Progress, DataSource, String)> {
     let (device, backend) = (args.backend.device(), args.backend.name());
+    println!("device: {}", crate::ops::backend::runtime_name(&device));
     let Some(dir) = &args.resume else {
         let config = args.config();
         let data = args.data.clone().context("--data is required")?;

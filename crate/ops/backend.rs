@@ -86,6 +86,15 @@ impl BackendKind {
     }
 }
 
+/// The runtime serving `device`, as burn names it: `wgpu<spirv>` where the build has the
+/// `vulkan` feature and the Vulkan adapter takes cubecl's SPIR-V compiler, `wgpu<wgsl>`
+/// where it falls back to WGSL, so that a measurement says which compiler it measured.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn runtime_name(device: &Device) -> String {
+    use burn::backend::{Backend, Dispatch};
+    <Dispatch as Backend>::name(device.as_dispatch())
+}
+
 /// Whether the wgpu adapter in use is a software renderer (lavapipe, SwiftShader): the
 /// planner weighs the levers' time by a CPU's costs there (`train::plan::lever_costs`).
 static SOFTWARE_ADAPTER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -133,5 +142,25 @@ fn routine_from_env() -> Option<crate::ops::matmul::MatmulRoutine> {
             eprintln!("warning: HEADROOM_GPU_MATMUL={name} names no routine; the adapter's is used");
             None
         }
+    }
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+
+    /// The compiler a wgpu run names is the one the build chose: WGSL through naga unless the
+    /// build has the `vulkan` feature and the adapter is a Vulkan one that can take SPIR-V.
+    #[test]
+    fn runtime_names_the_compiler() {
+        let name = runtime_name(&BackendKind::Wgpu.device());
+        assert!(name.starts_with("dispatch<cubecl<wgpu<"), "{name}");
+        if !cfg!(feature = "vulkan") {
+            assert!(
+                name.contains("wgpu<wgsl>"),
+                "a build without `vulkan` compiled SPIR-V: {name}"
+            );
+        }
+        assert_eq!(runtime_name(&BackendKind::Flex.device()), "dispatch<flex>");
     }
 }
