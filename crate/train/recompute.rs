@@ -15,6 +15,26 @@ use crate::memory::{Phase, is_recomputed_input};
 use crate::model::{Model, ModelInput};
 use crate::ops::vjp::vjp_seed;
 
+/// With `HEADROOM_SEGMENT_SYNC` set (natively), waits for the device after each segment,
+/// forward and backward: a measurement switch, off by default. cubecl returns a tensor's
+/// memory to its pool only once the work that read it has run, so on a device far behind
+/// the program a dropped activation stays reserved; on lavapipe a sync after each forward
+/// segment freed the batch before the third layer's output was made, though the MLP's peak,
+/// in backward, did not move (docs/benchmarks.md, "what checkpointing's peak is made of").
+/// Where the GPU runs further behind, this says whether waiting lowers the reservation.
+fn settle(device: &Device) {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        static SYNC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if *SYNC.get_or_init(|| std::env::var_os("HEADROOM_SEGMENT_SYNC").is_some()) {
+            // A failed wait shows in the next operation that reads the device.
+            let _ = device.sync();
+        }
+    }
+    #[cfg(target_arch = "wasm32")]
+    let _ = device;
+}
+
 /// The loss, as reported, and the objective backward starts from (the loss times the loss
 /// scale, under f16).
 pub struct Objective {
@@ -84,7 +104,9 @@ pub fn backward_by_segments(
         // Every input but the batch requires its gradient, so only segment 0 has none to
         // hand on.
         let Some(gradient) = upstream.take() else { break };
+        let device = gradient.device();
         upstream = backward(input, vjp_seed(output, gradient.autodiff()));
+        settle(&device);
     }
     loss.detach()
 }
@@ -101,6 +123,7 @@ fn segment_inputs(model: &Model, batch: ModelInput, dropped: u64) -> Vec<Option<
     let mut x = constant.stem(batch);
     for index in 0..count - 1 {
         x = constant.segment(index, x);
+        settle(&x.device());
         inputs.push((!is_recomputed_input(dropped, index + 1)).then(|| x.clone()));
     }
     inputs

@@ -35,8 +35,14 @@ pub fn read_file(dir: &Path, name: &str) -> Vec<u8> {
 
 /// Runs the `headroom` binary this test build produced.
 pub fn headroom(args: &[&str]) -> std::process::Output {
+    headroom_with_env(args, &[])
+}
+
+/// [`headroom`] with `env` set for it alone.
+pub fn headroom_with_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_headroom"))
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("run headroom")
 }
@@ -60,11 +66,16 @@ pub fn train_events_on_wgpu(data: &str, flags: &[&str]) -> Vec<serde_json::Value
 /// `headroom ARGS --metrics FILE`, and every event it wrote there. Fails the test if the
 /// command fails.
 pub fn headroom_events(args: &[&str]) -> Vec<serde_json::Value> {
+    headroom_events_with_env(args, &[])
+}
+
+/// [`headroom_events`] with `env` set for the run alone.
+pub fn headroom_events_with_env(args: &[&str], env: &[(&str, &str)]) -> Vec<serde_json::Value> {
     let metrics = tempfile::NamedTempFile::new().expect("temp file");
     let path = metrics.path().to_str().expect("a UTF-8 temp path");
     let mut args = args.to_vec();
     args.extend(["--metrics", path]);
-    let output = headroom(&args);
+    let output = headroom_with_env(&args, env);
     assert!(
         output.status.success(),
         "headroom {}: {}",
