@@ -13,6 +13,11 @@ use headroom::train::events::{RunStarted, RunSummary};
 use headroom::train::{BackendKind, Duration, Precision, TrainConfig, TrainError, TrainEvent, Trainer};
 use headroom::units::format_bytes_up;
 
+/// One wgpu test at a time: they share the process's device, and the cap's probes measure
+/// its pool, which a run beside them would fill (a cap named from one run's probes was
+/// refused by the next's, a page apart, in a full `tests/run-all` on 2026-12-07).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn config(hidden: Vec<usize>, steps: u64) -> TrainConfig {
     TrainConfig {
         model: ModelConfig::Mlp { hidden },
@@ -77,6 +82,7 @@ fn mean(values: impl Iterator<Item = f32>) -> f32 {
 
 #[tokio::test]
 async fn f16_on_wgpu_learns_with_f32_master_weights() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let run = train(
         BackendKind::Wgpu,
         TrainConfig {
@@ -130,6 +136,7 @@ async fn f16_on_ndarray_says_so_and_trains_in_f32() {
 
 #[tokio::test]
 async fn a_cap_below_every_plan_is_refused_before_training_with_the_cap_that_would_fit() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     // f32 and every activation kept, fixed by hand: the refusal then names what f16 and
     // checkpointing would need (left to the planner, it would weigh them itself).
     let capped = |cap: u64| TrainConfig {
