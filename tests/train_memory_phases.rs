@@ -27,21 +27,26 @@ fn phases(step: &Value) -> Vec<PhaseSample> {
     serde_json::from_value(step["memory_phases"].clone()).expect("memory_phases")
 }
 
-fn in_use(phase: Phase, phases: &[PhaseSample]) -> u64 {
-    let sample = phases
+fn sample(phase: Phase, phases: &[PhaseSample]) -> MemorySample {
+    phases
         .iter()
         .find(|p| p.phase == phase)
-        .expect("the phase was sampled");
-    sample.memory.gpu_bytes_in_use.expect("wgpu reports its pool")
+        .expect("the phase was sampled")
+        .memory
 }
 
-#[test]
-fn each_step_reports_its_phases_and_its_peak_is_theirs() {
-    let dataset = common::synthetic_dataset(2048, 1024, Codec::Lz4);
-    let data = dataset.dir.to_str().unwrap();
+fn in_use(phase: Phase, phases: &[PhaseSample]) -> u64 {
+    sample(phase, phases)
+        .gpu_bytes_in_use
+        .expect("wgpu reports its pool")
+}
+
+/// The events of two steps of the MLP of four `WIDTH` layers at `BATCH` on wgpu over
+/// `data`, with `extra` flags and `env` set for the run.
+fn mlp_events(data: &str, extra: &[&str], env: &[(&str, &str)]) -> Vec<Value> {
     let hidden = format!("{WIDTH},{WIDTH},{WIDTH},{WIDTH}");
     let batch = BATCH.to_string();
-    let flags = [
+    let mut flags = vec![
         "--model",
         "mlp",
         "--hidden",
@@ -51,11 +56,15 @@ fn each_step_reports_its_phases_and_its_peak_is_theirs() {
         "--steps",
         "2",
     ];
-    let with_flag = |extra: &[&'static str]| {
-        let mut all: Vec<&str> = flags.to_vec();
-        all.extend(extra);
-        common::train_events_on_wgpu(data, &all)
-    };
+    flags.extend(extra);
+    common::train_events_on_wgpu_with_env(data, &flags, env)
+}
+
+#[test]
+fn each_step_reports_its_phases_and_its_peak_is_theirs() {
+    let dataset = common::synthetic_dataset(2048, 1024, Codec::Lz4);
+    let data = dataset.dir.to_str().unwrap();
+    let with_flag = |extra: &[&str]| mlp_events(data, extra, &[]);
 
     let plain = with_flag(&["--memory-phases"]);
     let recomputed = with_flag(&["--memory-phases", "--checkpointing"]);
@@ -134,37 +143,13 @@ fn each_step_reports_its_phases_and_its_peak_is_theirs() {
 fn waiting_after_each_segment_lets_the_forward_pass_reserve_less() {
     let dataset = common::synthetic_dataset(2048, 1024, Codec::Lz4);
     let data = dataset.dir.to_str().unwrap();
-    let hidden = format!("{WIDTH},{WIDTH},{WIDTH},{WIDTH}");
-    let batch = BATCH.to_string();
-    let args = [
-        "train",
-        "--data",
-        data,
-        "--backend",
-        "wgpu",
-        "--no-eval",
-        "--model",
-        "mlp",
-        "--hidden",
-        &hidden,
-        "--effective-batch",
-        &batch,
-        "--steps",
-        "2",
-        "--checkpointing",
-        "--memory-phases",
-    ];
     let forward = |env: &[(&str, &str)]| {
-        let events = common::headroom_events_with_env(&args, env);
+        let events = mlp_events(data, &["--checkpointing", "--memory-phases"], env);
         let step = steps(&events)[1].clone();
-        let sample = phases(&step)
-            .into_iter()
-            .find(|p| p.phase == Phase::Forward)
-            .expect("the forward pass was sampled")
-            .memory;
+        let memory = sample(Phase::Forward, &phases(&step));
         (
-            sample.gpu_bytes_reserved.unwrap(),
-            sample.gpu_bytes_in_use.unwrap(),
+            memory.gpu_bytes_reserved.unwrap(),
+            memory.gpu_bytes_in_use.unwrap(),
             step["loss"].clone(),
         )
     };

@@ -58,9 +58,18 @@ pub fn train_on_wgpu(data: &str, flags: &[&str]) -> std::process::Output {
 /// [`train_on_wgpu`], and every event it wrote to `--metrics`. Fails the test if the run
 /// fails.
 pub fn train_events_on_wgpu(data: &str, flags: &[&str]) -> Vec<serde_json::Value> {
+    train_events_on_wgpu_with_env(data, flags, &[])
+}
+
+/// [`train_events_on_wgpu`] with `env` set for the run alone.
+pub fn train_events_on_wgpu_with_env(
+    data: &str,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> Vec<serde_json::Value> {
     let mut args = vec!["train", "--data", data, "--backend", "wgpu", "--no-eval"];
     args.extend(flags);
-    headroom_events(&args)
+    headroom_events_with_env(&args, env)
 }
 
 /// `headroom ARGS --metrics FILE`, and every event it wrote there. Fails the test if the
