@@ -105,12 +105,26 @@ fn levers(c: &Candidate) -> String {
 /// What one training run under a cap showed.
 struct Trained {
     levers: String,
+    /// The census's peak for the setting the run started with.
+    census: u64,
     calibrated: Option<u64>,
     peak: u64,
     /// Every step's samples under the cap.
     under: bool,
     first_loss: f64,
     last_loss: f64,
+}
+
+impl Trained {
+    /// How far the calibrated figure stood from the measured peak, as a signed percentage.
+    fn calibration_error(&self) -> String {
+        self.calibrated.map_or("-".to_string(), |c| {
+            format!(
+                "{:+.1}%",
+                100.0 * (c as f64 - self.peak as f64) / self.peak as f64
+            )
+        })
+    }
 }
 
 fn trained(events: &[Value], cap: u64) -> anyhow::Result<Trained> {
@@ -150,6 +164,7 @@ fn trained(events: &[Value], cap: u64) -> anyhow::Result<Trained> {
     }
     Ok(Trained {
         levers,
+        census: started["predicted_peak"].as_u64().unwrap_or(0),
         calibrated: started["calibrated_peak"].as_u64(),
         peak,
         under: samples.clone().all(|s| s <= cap),
@@ -186,6 +201,22 @@ fn train(shape: GptShape, args: &LadderBenchArgs, cap: u64, metrics: &Path) -> a
     trained(&train_events(&all, metrics)?, cap)
 }
 
+/// A rung that fits a cap: the levers picked and the census's peak for them, and what
+/// training showed (none with `--plan-only`).
+struct Fit {
+    levers: String,
+    census: u64,
+    trained: Option<Trained>,
+}
+
+/// One cap's answer: the largest rung that trained (or, with `--plan-only`, that the census
+/// fits), and the largest rung that fits with no lever.
+struct Row {
+    cap: u64,
+    rung: Option<(String, Fit)>,
+    without_levers: Option<String>,
+}
+
 pub async fn bench_ladder(args: LadderBenchArgs) -> anyhow::Result<()> {
     let shapes: Vec<GptShape> = args
         .ladder
@@ -206,76 +237,164 @@ pub async fn bench_ladder(args: LadderBenchArgs) -> anyhow::Result<()> {
     println!(
         "\nwithout levers (f32, every activation kept, f32 moments, the largest micro-batch that fits):"
     );
+    let mut needs = Vec::new();
     for &shape in &shapes {
-        let needs = match census(shape, &args, Some(1), true).await? {
+        let need = match census(shape, &args, Some(1), true).await? {
             Ok(_) => 0,
             Err(cap) => cap,
         };
         println!(
-            "  {}x{}: needs a cap of {}",
-            shape.layers,
-            shape.width,
-            format_bytes_up(needs as usize)
+            "  {}: needs a cap of {}",
+            name(shape),
+            format_bytes_up(need as usize)
         );
+        needs.push((name(shape), need));
     }
     let work = tempfile::tempdir()?;
+    let mut rows = Vec::new();
     for &cap in &args.caps {
         println!("\nunder {}:", format_bytes(cap as usize));
-        for &shape in shapes.iter().rev() {
-            let name = format!("{}x{}", shape.layers, shape.width);
-            match census(shape, &args, Some(cap), false).await? {
-                Ok(chosen) if args.plan_only => {
-                    println!(
-                        "  {name}: fits with {} (census {})",
-                        levers(&chosen),
-                        format_bytes(chosen.predicted_peak as usize)
-                    );
-                    break;
-                }
-                Ok(_) => {}
-                // The probes measure what the census estimates: a rung it misses narrowly
-                // may still fit (the 6x384 GPT's census stood 19% above its calibrated
-                // figure), and the run is refused before step 1 if it does not.
-                Err(needs) if !args.plan_only && needs as f64 <= NARROW_MISS * cap as f64 => {
-                    println!(
-                        "  {name}: the census needs {}; the probes decide",
-                        format_bytes_up(needs as usize)
-                    );
-                }
-                Err(needs) => {
-                    println!(
-                        "  {name}: fits no setting by the census (needs {})",
-                        format_bytes_up(needs as usize)
-                    );
-                    continue;
-                }
+        rows.push(Row {
+            cap,
+            rung: largest_under(cap, &shapes, &args, work.path()).await?,
+            without_levers: needs
+                .iter()
+                .rev()
+                .find(|(_, n)| *n <= cap)
+                .map(|(r, _)| r.clone()),
+        });
+    }
+    print_table(&rows, &needs, args.plan_only);
+    Ok(())
+}
+
+fn name(shape: GptShape) -> String {
+    format!("{}x{}", shape.layers, shape.width)
+}
+
+/// The largest rung that fits `cap` by the census (`--plan-only`), or that trains under it
+/// with every sample under the cap and a falling loss, each rung's lines printed as it goes.
+async fn largest_under(
+    cap: u64,
+    shapes: &[GptShape],
+    args: &LadderBenchArgs,
+    work: &Path,
+) -> anyhow::Result<Option<(String, Fit)>> {
+    for &shape in shapes.iter().rev() {
+        let name = name(shape);
+        match census(shape, args, Some(cap), false).await? {
+            Ok(chosen) if args.plan_only => {
+                let fit = Fit {
+                    levers: levers(&chosen),
+                    census: chosen.predicted_peak,
+                    trained: None,
+                };
+                println!(
+                    "  {name}: fits with {} (census {})",
+                    fit.levers,
+                    format_bytes(fit.census as usize)
+                );
+                return Ok(Some((name, fit)));
             }
-            let metrics = work.path().join(format!("{name}-{cap}.jsonl"));
-            match train(shape, &args, cap, &metrics) {
-                Ok(t) => {
-                    let error = t.calibrated.map_or("-".to_string(), |c| {
-                        format!("{:+.1}%", 100.0 * (c as f64 - t.peak as f64) / t.peak as f64)
-                    });
-                    println!(
-                        "  {name}: trains with {}: peak {} ({}), calibrated {} ({error} of the peak), loss {:.3} -> {:.3}",
-                        t.levers,
-                        format_bytes(t.peak as usize),
-                        if t.under {
-                            "every sample under the cap"
-                        } else {
-                            "A SAMPLE PASSED THE CAP"
-                        },
-                        t.calibrated.map_or("-".into(), |c| format_bytes(c as usize)),
-                        t.first_loss,
-                        t.last_loss
-                    );
-                    if t.under && t.last_loss < t.first_loss {
-                        break;
-                    }
-                }
-                Err(error) => println!("  {name}: failed: {error:#}"),
+            Ok(_) => {}
+            // The probes measure what the census estimates: a rung it misses narrowly
+            // may still fit (the 6x384 GPT's census stood 19% above its calibrated
+            // figure), and the run is refused before step 1 if it does not.
+            Err(needs) if !args.plan_only && needs as f64 <= NARROW_MISS * cap as f64 => {
+                println!(
+                    "  {name}: the census needs {}; the probes decide",
+                    format_bytes_up(needs as usize)
+                );
+            }
+            Err(needs) => {
+                println!(
+                    "  {name}: fits no setting by the census (needs {})",
+                    format_bytes_up(needs as usize)
+                );
+                continue;
             }
         }
+        let metrics = work.join(format!("{name}-{cap}.jsonl"));
+        match train(shape, args, cap, &metrics) {
+            Ok(t) => {
+                println!(
+                    "  {name}: trains with {}: peak {} ({}), calibrated {} ({} of the peak), loss {:.3} -> {:.3}",
+                    t.levers,
+                    format_bytes(t.peak as usize),
+                    if t.under {
+                        "every sample under the cap"
+                    } else {
+                        "A SAMPLE PASSED THE CAP"
+                    },
+                    t.calibrated.map_or("-".into(), |c| format_bytes(c as usize)),
+                    t.calibration_error(),
+                    t.first_loss,
+                    t.last_loss
+                );
+                if t.under && t.last_loss < t.first_loss {
+                    let fit = Fit {
+                        levers: t.levers.clone(),
+                        census: t.census,
+                        trained: Some(t),
+                    };
+                    return Ok(Some((name, fit)));
+                }
+            }
+            Err(error) => println!("  {name}: failed: {error:#}"),
+        }
     }
-    Ok(())
+    Ok(None)
+}
+
+/// The answer as one table (markdown, for the README): under each cap the largest rung with
+/// the levers the planner picked, what that rung needs without levers, and the largest rung
+/// that fits with none.
+fn print_table(rows: &[Row], needs: &[(String, u64)], plan_only: bool) {
+    println!();
+    if plan_only {
+        println!(
+            "| cap | largest GPT (census) | levers picked | census | it needs without levers | largest without levers |"
+        );
+        println!("|---|---|---|---|---|---|");
+    } else {
+        println!(
+            "| cap | largest GPT that trained | levers picked | peak counted | calibrated | census | loss, first -> last 5 steps | it needs without levers | largest without levers |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|");
+    }
+    for row in rows {
+        let without = row.without_levers.as_deref().unwrap_or("none");
+        let Some((name, fit)) = &row.rung else {
+            let dashes = if plan_only {
+                "| - | - | - "
+            } else {
+                "| - | - | - | - | - | - "
+            };
+            println!(
+                "| {} | none {dashes}| {without} |",
+                format_bytes(row.cap as usize)
+            );
+            continue;
+        };
+        let need = needs.iter().find(|(n, _)| n == name).map_or(0, |(_, b)| *b);
+        let census = format_bytes(fit.census as usize);
+        let measured = fit.trained.as_ref().map(|t| {
+            format!(
+                "| {} | {} | {census} | {:.3} -> {:.3} ",
+                format_bytes(t.peak as usize),
+                t.calibrated.map_or("-".into(), |c| {
+                    format!("{} ({})", format_bytes(c as usize), t.calibration_error())
+                }),
+                t.first_loss,
+                t.last_loss
+            )
+        });
+        println!(
+            "| {} | {name} | {} {}| {} | {without} |",
+            format_bytes(row.cap as usize),
+            fit.levers,
+            measured.unwrap_or(format!("| {census} ")),
+            format_bytes_up(need as usize)
+        );
+    }
 }
