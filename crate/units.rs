@@ -30,6 +30,16 @@ pub fn format_bytes_up(bytes: usize) -> String {
     }
 }
 
+/// A rate with about three significant figures: a step of a large model on an emulator
+/// takes minutes, and "0 samples/s" would say nothing.
+pub fn format_rate(rate: f64) -> String {
+    match rate {
+        r if r >= 100.0 => format!("{r:.0}"),
+        r if r >= 1.0 => format!("{r:.1}"),
+        r => format!("{r:.3}"),
+    }
+}
+
 pub fn mb_per_sec(bytes: usize, seconds: f64) -> f64 {
     bytes as f64 / 1e6 / seconds.max(1e-9)
 }
@@ -49,7 +59,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{format_bytes, format_bytes_up, parse_bytes};
+    use super::{format_bytes, format_bytes_up, format_rate, parse_bytes};
     // In the browser (wasm-pack test, tests/run-all) these run as wasm-bindgen tests.
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -61,6 +71,13 @@ mod tests {
         assert_eq!(format_bytes_up(needed), "16.1 MiB");
         assert_eq!(format_bytes_up(16 * 1024 * 1024), "16.0 MiB");
         assert_eq!(format_bytes_up(1000), "1000 B");
+    }
+
+    #[test]
+    fn a_slow_rate_keeps_its_figures() {
+        assert_eq!(format_rate(0.0918), "0.092");
+        assert_eq!(format_rate(7.46), "7.5");
+        assert_eq!(format_rate(2486.4), "2486");
     }
 
     #[test]

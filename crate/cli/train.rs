@@ -22,7 +22,7 @@ use crate::train::{
     BackendKind, Duration, Moments, OptimizerConfig, OptimizerKind, Precision, Progress, TrainConfig,
     TrainEvent, Trainer,
 };
-use crate::units::{format_bytes, parse_bytes};
+use crate::units::{format_bytes, format_rate, parse_bytes};
 
 #[derive(Args)]
 pub struct TrainArgs {
@@ -328,8 +328,11 @@ impl Report {
                     format!(" of cap {}", format_bytes(cap as usize))
                 });
                 let speed = match self.tokens_per_sample {
-                    Some(tokens) => format!("{:.0} tokens/s", step.samples_per_sec * tokens as f64),
-                    None => format!("{:.0} samples/s", step.samples_per_sec),
+                    Some(tokens) => format!(
+                        "{} tokens/s",
+                        format_rate(step.samples_per_sec * tokens as f64)
+                    ),
+                    None => format!("{} samples/s", format_rate(step.samples_per_sec)),
                 };
                 self.bar.set_message(format!(
                     "loss {:.4}{} | {speed} | micro {} | {}{cap}",
@@ -486,8 +489,12 @@ pub async fn run(args: TrainArgs) -> anyhow::Result<()> {
     };
     report.finish()?;
     println!(
-        "done: {} steps, {} samples in {:.1} s ({:.0} samples/s), final loss {:.4}",
-        summary.steps, summary.samples_seen, summary.seconds, summary.samples_per_sec, summary.final_loss
+        "done: {} steps, {} samples in {:.1} s ({} samples/s), final loss {:.4}",
+        summary.steps,
+        summary.samples_seen,
+        summary.seconds,
+        format_rate(summary.samples_per_sec),
+        summary.final_loss
     );
     if let Some(eval) = &summary.eval {
         println!(
