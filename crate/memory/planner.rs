@@ -114,7 +114,8 @@ pub struct Breakdown {
     pub parameters: u64,
     /// f32 master weights kept beside f16 parameters.
     pub master_weights: u64,
-    /// One micro-batch's gradients, plus the running sum when accumulating (f32; f16 under
+    /// One micro-batch's gradients (under checkpointing only the largest segment's, where a
+    /// sum takes them in), plus the running sum when accumulating (f32; f16 under
     /// f16-pure) or their f32 copies for the master weights under f16.
     pub gradients: u64,
     pub optimizer_state: u64,
@@ -407,18 +408,26 @@ pub fn predict(
             .map(|&p| add(&mut live, p as u64 * 4))
             .sum(),
     };
-    let mut gradients: u64 = census
-        .parameters
-        .iter()
-        .map(|&p| add(&mut live, p as u64 * store))
-        .sum();
     // The running sum (f32, f16 for f16-pure), and f16 gradients brought to f32 for the
     // master weights.
     let sum = match precision {
         Precision::F16Pure => store,
         Precision::F32 | Precision::F16 => 4,
     };
-    if accumulating || precision == Precision::F16 {
+    let summed = accumulating || precision == Precision::F16;
+    // Beside a sum, a backward pass's own gradients: all of them at once, or under
+    // checkpointing one segment's, which are summed away as soon as its backward yields
+    // them (`recompute::backward_by_segments`).
+    let yielded = match checkpointing && summed {
+        true => census
+            .segment_parameters()
+            .into_iter()
+            .max_by_key(|tensors| tensors.iter().sum::<usize>())
+            .unwrap_or_default(),
+        false => &census.parameters[..],
+    };
+    let mut gradients: u64 = yielded.iter().map(|&p| add(&mut live, p as u64 * store)).sum();
+    if summed {
         gradients += census
             .parameters
             .iter()
@@ -715,6 +724,17 @@ mod tests {
         };
         let summed = predict(&accumulating, 1, Precision::F16Pure, false, Moments::Q8);
         assert_eq!(summed.gradients, full.gradients);
+        // Checkpointing sums each segment's gradients away as its backward yields them:
+        // beside the sum, only the largest segment's are alive: the first block's (12 d^2 +
+        // 13 d) with the embeddings' ((65 + 256) d).
+        let by_segments = predict(&accumulating, 1, Precision::F16Pure, true, Moments::Q8);
+        let first = 12 * 384 * 384 + 13 * 384 + (65 + 256) * 384;
+        assert_eq!(by_segments.gradients, summed.gradients / 2 + 2 * first as u64);
+        assert_eq!(
+            predict(&r, 1, Precision::F16Pure, true, Moments::Q8).gradients,
+            pure.gradients,
+            "without a sum the gradients are the sum"
+        );
     }
 
     /// With the precision and checkpointing fixed (by hand, or by no cap), the micro-batch is
@@ -844,6 +864,7 @@ mod tests {
             input: width,
             saved: vec![width],
             output: width,
+            parameters: 0,
         }
     }
 
@@ -871,6 +892,7 @@ mod tests {
                 input: 10,
                 saved: vec![10_000],
                 output: 100,
+                parameters: 0,
             },
             layer(100),
             layer(10),

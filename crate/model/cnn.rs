@@ -114,6 +114,7 @@ pub(super) fn census(input: &InputShape, channels: &[usize]) -> super::TensorCen
             input: in_channels * pixels,
             saved: vec![conv_out, pooled],
             output: pooled,
+            parameters: 2,
         });
         in_channels = out;
     }
@@ -125,6 +126,7 @@ pub(super) fn census(input: &InputShape, channels: &[usize]) -> super::TensorCen
         input: features,
         saved: vec![input.classes],
         output: input.classes,
+        parameters: 2,
     });
     census
 }

@@ -234,6 +234,8 @@ pub(super) fn census(shape: &GptShape, vocabulary: usize) -> TensorCensus {
         d,
     ];
     let td = t * d;
+    // The embeddings' gradients come with the first segment's (the stem runs again with it).
+    let mut stem = 2;
     for _ in 0..layers {
         census.parameters.extend(block_parameters);
         // The attention's input (its norm's output), its query, key and value, its output
@@ -244,6 +246,7 @@ pub(super) fn census(shape: &GptShape, vocabulary: usize) -> TensorCensus {
             input: td,
             saved: vec![td, td, td, td, td, heads * t, td, td, 4 * td, 4 * td],
             output: td,
+            parameters: std::mem::take(&mut stem) + block_parameters.len(),
         });
     }
     census.parameters.extend([d, d, d * vocabulary, vocabulary]);
@@ -252,6 +255,7 @@ pub(super) fn census(shape: &GptShape, vocabulary: usize) -> TensorCensus {
         input: td,
         saved: vec![td, t * vocabulary, t * vocabulary],
         output: t * vocabulary,
+        parameters: stem + 4,
     });
     census
 }

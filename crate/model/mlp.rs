@@ -61,6 +61,7 @@ pub(super) fn census(input: &InputShape, hidden: &[usize]) -> super::TensorCensu
             input: width,
             saved: vec![next],
             output: next,
+            parameters: 2,
         });
         width = next;
     }
@@ -70,6 +71,7 @@ pub(super) fn census(input: &InputShape, hidden: &[usize]) -> super::TensorCensu
         input: width,
         saved: vec![input.classes],
         output: input.classes,
+        parameters: 2,
     });
     census
 }

@@ -247,6 +247,9 @@ pub struct Segment {
     /// What its backward needs besides the input: what checkpointing recomputes.
     pub saved: Vec<usize>,
     pub output: usize,
+    /// How many of the census's parameter tensors, next in its order, this segment's
+    /// backward yields gradients for (segment 0 also the stem's, the GPT's embeddings).
+    pub parameters: usize,
 }
 
 impl TensorCensus {
@@ -255,6 +258,19 @@ impl TensorCensus {
         self.segments
             .iter()
             .flat_map(|s| std::iter::once(s.input).chain(s.saved.iter().copied()))
+            .collect()
+    }
+
+    /// Each segment's parameter tensors (elements each), in segment order.
+    pub fn segment_parameters(&self) -> Vec<&[usize]> {
+        let mut rest = &self.parameters[..];
+        self.segments
+            .iter()
+            .map(|segment| {
+                let (mine, others) = rest.split_at(segment.parameters.min(rest.len()));
+                rest = others;
+                mine
+            })
             .collect()
     }
 }

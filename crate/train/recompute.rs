@@ -128,3 +128,71 @@ fn segment_inputs(model: &Model, batch: ModelInput, dropped: u64) -> Vec<Option<
     }
     inputs
 }
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+    use crate::model::{GptShape, InputKind, InputShape, ModelConfig};
+
+    /// The planner counts, under checkpointing, one segment's gradients beside their sum, by
+    /// the census's share of parameters per segment: each segment's backward must yield
+    /// the gradients of exactly those (the stem's with segment 0).
+    #[test]
+    fn each_segment_yields_the_gradients_the_census_gives_it() {
+        let images = InputShape {
+            height: 8,
+            width: 8,
+            classes: 3,
+            kind: InputKind::Images,
+        };
+        let tokens = InputShape {
+            height: 1,
+            width: 1,
+            classes: 7,
+            kind: InputKind::Tokens,
+        };
+        let gpt = GptShape {
+            layers: 3,
+            heads: 2,
+            width: 8,
+            context: 5,
+        };
+        let device = Device::flex().autodiff();
+        for (config, input) in [
+            (ModelConfig::Mlp { hidden: vec![6, 4] }, images),
+            (ModelConfig::Cnn { channels: vec![2, 3] }, images),
+            (ModelConfig::Gpt(gpt), tokens),
+        ] {
+            let model = config.init(&input, &device);
+            let batch = || match input.kind {
+                InputKind::Images => ModelInput::Images(Tensor::ones([2, 1, 8, 8], &device)),
+                InputKind::Tokens => {
+                    ModelInput::Tokens(Tensor::from_ints([[1, 2, 3, 4, 5], [6, 5, 4, 3, 2]], &device))
+                }
+            };
+            let mut yielded = Vec::new();
+            backward_by_segments(
+                &model,
+                0,
+                batch,
+                |logits| {
+                    let loss = logits.sum();
+                    Objective {
+                        loss: loss.clone(),
+                        backward_from: loss,
+                    }
+                },
+                |grads| yielded.push(grads.len()),
+                |_| {},
+            );
+            yielded.reverse();
+            let census: Vec<usize> = config
+                .census(&input)
+                .segments
+                .iter()
+                .map(|s| s.parameters)
+                .collect();
+            assert_eq!(yielded, census, "{config:?}");
+        }
+    }
+}
