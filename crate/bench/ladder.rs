@@ -210,11 +210,10 @@ struct Fit {
 }
 
 /// One cap's answer: the largest rung that trained (or, with `--plan-only`, that the census
-/// fits), and the largest rung that fits with no lever.
+/// fits).
 struct Row {
     cap: u64,
     rung: Option<(String, Fit)>,
-    without_levers: Option<String>,
 }
 
 pub async fn bench_ladder(args: LadderBenchArgs) -> anyhow::Result<()> {
@@ -257,11 +256,6 @@ pub async fn bench_ladder(args: LadderBenchArgs) -> anyhow::Result<()> {
         rows.push(Row {
             cap,
             rung: largest_under(cap, &shapes, &args, work.path()).await?,
-            without_levers: needs
-                .iter()
-                .rev()
-                .find(|(_, n)| *n <= cap)
-                .map(|(r, _)| r.clone()),
         });
     }
     print_table(&rows, &needs, args.plan_only);
@@ -348,7 +342,7 @@ async fn largest_under(
 
 /// The answer as one table (markdown, for the README): under each cap the largest rung with
 /// the levers the planner picked, what that rung needs without levers, and the largest rung
-/// that fits with none.
+/// that fits with none (`needs`: what each rung needs without levers, smallest first).
 fn print_table(rows: &[Row], needs: &[(String, u64)], plan_only: bool) {
     println!();
     if plan_only {
@@ -363,7 +357,11 @@ fn print_table(rows: &[Row], needs: &[(String, u64)], plan_only: bool) {
         println!("|---|---|---|---|---|---|---|---|---|");
     }
     for row in rows {
-        let without = row.without_levers.as_deref().unwrap_or("none");
+        let without = needs
+            .iter()
+            .rev()
+            .find(|(_, need)| *need <= row.cap)
+            .map_or("none", |(rung, _)| rung.as_str());
         let Some((name, fit)) = &row.rung else {
             let dashes = if plan_only {
                 "| - | - | - "
