@@ -415,10 +415,11 @@ pub fn predict(
         Precision::F32 | Precision::F16 => 4,
     };
     let summed = accumulating || precision == Precision::F16;
-    // Beside a sum, a backward pass's own gradients: all of them at once, or under
-    // checkpointing one segment's, which are summed away as soon as its backward yields
-    // them (`recompute::backward_by_segments`).
-    let yielded = match checkpointing && summed {
+    // A backward pass's own gradients: all of them at once, or under checkpointing one
+    // segment's, which are summed away as soon as its backward yields them
+    // (`recompute::backward_by_segments`), or, in f32 without a sum, spent on that
+    // segment's update there and then (`step::update_in_backward`).
+    let yielded = match checkpointing && (summed || precision == Precision::F32) {
         true => census
             .segment_parameters()
             .into_iter()
@@ -735,6 +736,14 @@ mod tests {
             pure.gradients,
             "without a sum the gradients are the sum"
         );
+        // In f32 without a sum, checkpointing spends each segment's gradients on its
+        // update as its backward yields them (`step::update_in_backward`): only the
+        // largest segment's are alive: with 8-bit moments the fixed bytes are 0.42x of the
+        // 16 bytes a parameter, f32 weights and all.
+        let in_backward = predict(&r, 1, Precision::F32, true, Moments::Q8);
+        assert_eq!(in_backward.gradients, 4 * first as u64);
+        let ratio = fixed(in_backward) as f64 / fixed(full) as f64;
+        assert!((0.41..=0.43).contains(&ratio), "{ratio}");
     }
 
     /// With the precision and checkpointing fixed (by hand, or by no cap), the micro-batch is

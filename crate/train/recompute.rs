@@ -52,63 +52,76 @@ pub struct Objective {
 /// segment's backward (the bytes are on the host anyway). The model's stem (the GPT's
 /// embeddings) is recomputed with the first segment. `model`'s parameters must be autodiff
 /// leaves. Each segment's parameter gradients go to `on_gradients` as soon as they exist
-/// (the last segment's first), so the caller can sum them away; `on_peak` is called where
-/// the activations peak. Returns the loss, detached.
+/// (the last segment's first), with the model, which it hands back: summed away, or the
+/// segment's parameters updated with them ([`crate::train::step`]'s update in backward).
+/// Segments below the one just yielded are unchanged by then, so the ones still to be
+/// recomputed read the weights the forward pass read. `on_peak` is called where the
+/// activations peak. Returns the model and the loss, detached.
 pub fn backward_by_segments(
-    model: &Model,
+    mut model: Model,
     dropped: u64,
     upload: impl Fn() -> ModelInput,
     objective: impl FnOnce(Tensor<2>) -> Objective,
-    mut on_gradients: impl FnMut(GradientsParams),
+    mut on_gradients: impl FnMut(Model, GradientsParams) -> Model,
     mut on_peak: impl FnMut(Phase),
-) -> Tensor<1> {
+) -> (Model, Tensor<1>) {
     let last = model.segment_count() - 1;
-    let mut inputs = segment_inputs(model, upload().inner(), dropped);
+    let mut inputs = segment_inputs(&model, upload().inner(), dropped);
     on_peak(Phase::Forward);
-    let constant = model.valid();
-    // Segment `index`'s input, as an autodiff leaf. The first segment's comes from the
-    // batch: uploaded again for its turn and passed through the stem, whose parameters get
-    // their gradients with the segment's. A dropped one is computed again from the
-    // nearest kept input below it (or the batch).
-    let segment_input = |inputs: &mut Vec<Option<Tensor<2>>>, index: usize| {
-        if index == 0 {
-            return model.stem(upload());
-        }
-        let input = inputs[index].take().unwrap_or_else(|| {
-            // From the nearest kept input below (the planner keeps the one just below).
-            let (start, below) = (1..index)
-                .rev()
-                .find_map(|j| inputs[j].clone().map(|kept| (j, kept)))
-                .unwrap_or_else(|| (0, constant.stem(upload().inner())));
-            (start..index).fold(below, |x, k| constant.segment(k, x))
-        });
-        input.autodiff().require_grad()
-    };
-    // Backward from `from`, handing on the parameters' gradients; returns the gradient of
-    // the segment's input (none for the batch).
-    let mut backward = |input: Tensor<2>, from: Tensor<1>| {
+    // Backward from `from`, handing on the parameters' gradients; returns the model and
+    // the gradient of the segment's input (none for the batch).
+    let mut backward = |model: Model, input: Tensor<2>, from: Tensor<1>| {
         let mut grads = from.backward();
         let upstream = input.grad_remove(&mut grads);
-        on_gradients(GradientsParams::from_grads(grads, model));
-        upstream
+        let grads = GradientsParams::from_grads(grads, &model);
+        (on_gradients(model, grads), upstream)
     };
-    let input = segment_input(&mut inputs, last);
+    let input = segment_input(&model, &mut inputs, last, &upload);
     let output = model.segment(last, input.clone());
     on_peak(Phase::Recomputed { segment: last });
     let Objective { loss, backward_from } = objective(output);
-    let mut upstream = backward(input, backward_from);
+    let (updated, mut upstream) = backward(model, input, backward_from);
+    model = updated;
     for index in (0..last).rev() {
-        let input = segment_input(&mut inputs, index);
+        let input = segment_input(&model, &mut inputs, index, &upload);
         let output = model.segment(index, input.clone());
         on_peak(Phase::Recomputed { segment: index });
         // Every input but the batch requires its gradient, so only segment 0 has none to
         // hand on.
         let Some(gradient) = upstream.take() else { break };
         let device = gradient.device();
-        upstream = backward(input, vjp_seed(output, gradient.autodiff()));
+        let (updated, next) = backward(model, input, vjp_seed(output, gradient.autodiff()));
+        (model, upstream) = (updated, next);
         settle(&device);
     }
-    loss.detach()
+    (model, loss.detach())
+}
+
+/// Segment `index`'s input, as an autodiff leaf. The first segment's comes from the batch:
+/// uploaded again for its turn and passed through the stem, whose parameters get their
+/// gradients with the segment's. A dropped one is computed again from the nearest kept
+/// input below it (or the batch), by segments not yet updated. The constant copy of the
+/// model is made here, for this use alone: kept across segments, it would hold the weights
+/// an update in backward has replaced.
+fn segment_input(
+    model: &Model,
+    inputs: &mut [Option<Tensor<2>>],
+    index: usize,
+    upload: &impl Fn() -> ModelInput,
+) -> Tensor<2> {
+    if index == 0 {
+        return model.stem(upload());
+    }
+    let input = inputs[index].take().unwrap_or_else(|| {
+        let constant = model.valid();
+        // From the nearest kept input below (the planner keeps the one just below).
+        let (start, below) = (1..index)
+            .rev()
+            .find_map(|j| inputs[j].clone().map(|kept| (j, kept)))
+            .unwrap_or_else(|| (0, constant.stem(upload().inner())));
+        (start..index).fold(below, |x, k| constant.segment(k, x))
+    });
+    input.autodiff().require_grad()
 }
 
 /// The inputs backward keeps, indexed by segment, computed without autodiff: none for
@@ -172,7 +185,7 @@ mod tests {
             };
             let mut yielded = Vec::new();
             backward_by_segments(
-                &model,
+                model,
                 0,
                 batch,
                 |logits| {
@@ -182,7 +195,10 @@ mod tests {
                         backward_from: loss,
                     }
                 },
-                |grads| yielded.push(grads.len()),
+                |model, grads| {
+                    yielded.push(grads.len());
+                    model
+                },
                 |_| {},
             );
             yielded.reverse();

@@ -1,6 +1,6 @@
 //! One optimizer step's gradients, computed over micro-batches.
 
-use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::prelude::*;
 
@@ -34,6 +34,13 @@ pub struct MicroSteps {
 }
 
 impl MicroSteps {
+    /// Whether a step over `samples` updates each segment's parameters inside backward
+    /// ([`update_in_backward`]): under checkpointing, in one pass (nothing to accumulate)
+    /// and in f32 (no loss scale whose overflow would have to void updates already made).
+    pub fn updates_in_backward(&self, samples: usize) -> bool {
+        self.recompute && self.precision == Precision::F32 && self.micro_batch >= samples
+    }
+
     /// Plain f32 passes of `micro_batch` samples.
     pub fn f32(micro_batch: usize) -> Self {
         MicroSteps {
@@ -78,18 +85,7 @@ pub fn accumulate_gradients(
         let end = (start + steps.micro_batch).min(total);
         let (upload, targets) = tensors::micro_batch(batch, start..end, input, steps.precision, device);
         let share = (end - start) as f32 / total as f32;
-        let objective = |logits: Tensor<2>| {
-            // The loss and its softmax stay in f32: they need the range.
-            let loss = loss_fn
-                .forward(logits.cast(Precision::F32.dtype()), targets)
-                .mul_scalar(share);
-            let backward_from = if steps.loss_scale == 1.0 {
-                loss.clone()
-            } else {
-                loss.clone().mul_scalar(steps.loss_scale)
-            };
-            Objective { loss, backward_from }
-        };
+        let objective = |logits| objective(&loss_fn, logits, targets, share, steps.loss_scale);
         // f16-pure keeps its gradients in f16, summed in f16 (the optimizer unscales each
         // in its update; an overflowed sum skips the step as an overflowed gradient does).
         let to_master = |grads: GradientsParams| match steps.precision {
@@ -102,14 +98,20 @@ pub fn accumulate_gradients(
             }
         };
         let loss = if steps.recompute {
-            backward_by_segments(
-                forward_model,
+            let summed = |forward: Model, grads| {
+                accumulator.accumulate(model, to_master(grads));
+                forward
+            };
+            // The clone shares the weights: nothing is copied.
+            let (_, loss) = backward_by_segments(
+                forward_model.clone(),
                 steps.recomputed_inputs,
                 &upload,
                 objective,
-                |grads| accumulator.accumulate(model, to_master(grads)),
+                summed,
                 &mut sample,
-            )
+            );
+            loss
         } else {
             let Objective { loss, backward_from } = objective(forward_model.forward(upload()));
             sample(Phase::Forward);
@@ -127,5 +129,162 @@ pub fn accumulate_gradients(
         grads: accumulator.grads(),
         // An empty batch has no loss to speak of: zero, and no gradients.
         loss: loss_sum.unwrap_or_else(|| Tensor::zeros([1], device)),
+    }
+}
+
+/// The loss of `logits` against `targets`, weighted by `share` of the batch, and what
+/// backward starts from (times `loss_scale`). The loss and its softmax stay in f32: they
+/// need the range.
+fn objective(
+    loss_fn: &CrossEntropyLoss,
+    logits: Tensor<2>,
+    targets: Tensor<1, Int>,
+    share: f32,
+    loss_scale: f32,
+) -> Objective {
+    let loss = loss_fn
+        .forward(logits.cast(Precision::F32.dtype()), targets)
+        .mul_scalar(share);
+    let backward_from = if loss_scale == 1.0 {
+        loss.clone()
+    } else {
+        loss.clone().mul_scalar(loss_scale)
+    };
+    Objective { loss, backward_from }
+}
+
+/// One step over `batch` whose update runs inside backward: each segment's parameters are
+/// handed to `update` with their gradients as soon as the segment's backward yields them,
+/// so one segment's gradients are alive at a time and never a whole set (the census counts
+/// so). Only where [`MicroSteps::updates_in_backward`] holds. The gradients are those
+/// [`accumulate_gradients`] gives and each parameter's update reads only its own, so the
+/// model comes out as the two-phase step's, bit for bit (tested). Returns the updated
+/// model and the loss, still on the device.
+pub fn update_in_backward(
+    model: Model,
+    batch: &Batch,
+    steps: MicroSteps,
+    input: &InputShape,
+    device: &Device,
+    mut tracker: Option<&mut MemoryTracker>,
+    update: impl FnMut(Model, GradientsParams) -> Model,
+) -> (Model, Tensor<1>) {
+    debug_assert!(steps.updates_in_backward(batch.len()));
+    let loss_fn = CrossEntropyLossConfig::new().init(device);
+    let (upload, targets) = tensors::micro_batch(batch, 0..batch.len(), input, steps.precision, device);
+    let mut sample = |phase| {
+        if let Some(tracker) = tracker.as_deref_mut() {
+            tracker.sample_at(phase);
+        }
+    };
+    let objective = |logits| objective(&loss_fn, logits, targets, 1.0, steps.loss_scale);
+    let (model, loss) = backward_by_segments(
+        model,
+        steps.recomputed_inputs,
+        &upload,
+        objective,
+        update,
+        &mut sample,
+    );
+    sample(Phase::Backward);
+    (model, loss)
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests {
+    use super::*;
+    use crate::memory::recomputed_inputs;
+    use crate::model::{GptShape, InputKind, ModelConfig};
+    use crate::train::config::{Moments, OptimizerConfig, OptimizerKind};
+    use crate::train::optimizer::Optimizer;
+    use crate::train::optimizer::tests::parameters;
+
+    /// Bytes spread over 0..modulo, another run of them for every `phase`.
+    fn spread(count: usize, modulo: usize, phase: usize) -> Vec<u8> {
+        (0..count)
+            .map(|i| ((i * 7 + phase * 3 + i / 5) % modulo) as u8)
+            .collect()
+    }
+
+    /// Three steps of the MLP and of a 3-block GPT (its middle input recomputed), under
+    /// checkpointing in one pass, with f32 and 8-bit moments, norm clipping and weight
+    /// decay: the update made inside backward leaves every parameter and loss on the bits
+    /// of the two-phase step (gradients, then the update). An update that changed a
+    /// segment before the segments below it were recomputed, or that read another
+    /// segment's gradients, would not.
+    #[test]
+    fn the_update_in_backward_equals_the_two_phase_step_bit_for_bit() {
+        let device = Device::flex().autodiff();
+        let images = InputShape {
+            height: 8,
+            width: 8,
+            classes: 4,
+            kind: InputKind::Images,
+        };
+        let tokens = InputShape {
+            height: 1,
+            width: 1,
+            classes: 7,
+            kind: InputKind::Tokens,
+        };
+        let gpt = ModelConfig::Gpt(GptShape {
+            layers: 3,
+            heads: 2,
+            width: 8,
+            context: 6,
+        });
+        let optimizer = OptimizerConfig {
+            kind: OptimizerKind::AdamW,
+            learning_rate: 1e-2,
+            weight_decay: 1e-2,
+            clip_norm: Some(0.5),
+            ..OptimizerConfig::default()
+        };
+        for (config, input) in [(ModelConfig::Mlp { hidden: vec![12, 6] }, images), (gpt, tokens)] {
+            let census = config.census(&input);
+            let recomputed = recomputed_inputs(&census.segments);
+            let sample_bytes = config.text_window().unwrap_or(64);
+            let batch = |step: usize| Batch {
+                labels: match input.kind {
+                    InputKind::Images => spread(6, 4, step),
+                    InputKind::Tokens => Vec::new(),
+                },
+                features: spread(6 * sample_bytes, input.classes.min(256), step),
+                sample_bytes,
+            };
+            let steps = MicroSteps {
+                recompute: true,
+                recomputed_inputs: recomputed,
+                ..MicroSteps::f32(6)
+            };
+            assert!(steps.updates_in_backward(6));
+            for moments in [Moments::F32, Moments::Q8] {
+                let start = config.init(&input, &device);
+                let (mut two_phase, mut fused) = (start.clone(), start.clone());
+                let mut theirs = Optimizer::new(&optimizer, moments);
+                let mut ours = Optimizer::new(&optimizer, moments);
+                for step in 0..3 {
+                    let batch = batch(step);
+                    let gradients = accumulate_gradients(&two_phase, &batch, steps, &input, &device, None);
+                    two_phase = theirs.step(1e-2, two_phase, gradients.grads);
+                    let update = |model, grads| ours.step(1e-2, model, grads);
+                    let (model, loss) =
+                        update_in_backward(fused, &batch, steps, &input, &device, None, update);
+                    fused = model;
+                    let bits = |loss: Tensor<1>| loss.into_scalar::<f32>().to_bits();
+                    assert_eq!(
+                        bits(loss),
+                        bits(gradients.loss),
+                        "{config:?} {moments:?} step {step}"
+                    );
+                    assert_eq!(
+                        parameters(&fused),
+                        parameters(&two_phase),
+                        "{config:?} {moments:?} step {step}"
+                    );
+                }
+                assert_ne!(parameters(&fused), parameters(&start), "the steps moved nothing");
+            }
+        }
     }
 }

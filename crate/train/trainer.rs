@@ -13,7 +13,7 @@ use super::optimizer::Optimizer;
 use super::precision::{self, LossScaler};
 use super::probe::{ReportProbe, probed_plan};
 use super::schedule::Schedule;
-use super::step::{MicroSteps, accumulate_gradients};
+use super::step::{MicroSteps, accumulate_gradients, update_in_backward};
 use super::{plan, tensors};
 use crate::data::text::CharTokenizer;
 use crate::data::{Batch, BatchReader, DataSource, Split, Window};
@@ -280,6 +280,21 @@ impl Trainer {
             recompute: self.checkpointing(),
             recomputed_inputs: recomputed_inputs(&self.config.model.census(&self.input).segments),
         };
+        if self.scaler.is_none() && steps.updates_in_backward(batch.len()) {
+            let optimizer = &mut self.optimizer;
+            let (model, loss) = update_in_backward(
+                model,
+                batch,
+                steps,
+                &self.input,
+                &self.train_device,
+                Some(&mut self.tracker),
+                |model, grads| optimizer.step(learning_rate, model, grads),
+            );
+            self.model = Some(model);
+            let loss = loss.into_scalar_async().await.map_err(readback)?;
+            return self.end_step(started, batch, learning_rate, loss, loss_scale, false);
+        }
         let step = accumulate_gradients(
             &model,
             batch,
@@ -324,6 +339,20 @@ impl Trainer {
                 (loss, !applied)
             }
         };
+        self.end_step(started, batch, learning_rate, loss, loss_scale, skipped)
+    }
+
+    /// The step's bookkeeping once its update is made (or skipped): divergence, memory,
+    /// the enforcer, and the record.
+    fn end_step(
+        &mut self,
+        started: Instant,
+        batch: &Batch,
+        learning_rate: f64,
+        loss: f32,
+        loss_scale: Option<f32>,
+        skipped: bool,
+    ) -> Result<StepRecord, TrainError> {
         self.skipped_in_a_row = if skipped { self.skipped_in_a_row + 1 } else { 0 };
         self.skipped_steps += u64::from(skipped);
         if (!skipped && !loss.is_finite()) || self.skipped_in_a_row > MAX_SKIPPED_IN_A_ROW {

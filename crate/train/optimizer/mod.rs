@@ -464,7 +464,7 @@ impl Optimizer {
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
-mod tests {
+pub(crate) mod tests {
     use burn::module::Module;
     use burn::optim::momentum::MomentumConfig;
     use burn::optim::{ModuleOptimizer, SgdConfig};
@@ -497,7 +497,8 @@ mod tests {
         }
     }
 
-    fn parameters(model: &Model) -> Vec<u32> {
+    /// Every float parameter's bits, in the model's order.
+    pub(crate) fn parameters(model: &Model) -> Vec<u32> {
         struct Read(Vec<u32>);
         impl burn::module::ModuleVisitor for Read {
             fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
