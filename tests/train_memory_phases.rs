@@ -101,11 +101,13 @@ fn each_step_reports_its_phases_and_its_peak_is_theirs() {
 
     // Recomputation keeps only the segments' inputs, and of a chain of equal layers not
     // even all of them: the planner drops segment 1's (recomputed from the batch for its
-    // turn) and keeps segment 2's. From recomputed layer 3 to layer 2 the bytes in use
-    // fall by one layer output (layer 3's input, let go) less the weight and bias
-    // gradients layer 3's backward added to the sum. From layer 2 to layer 1 they rise by
-    // those gradients alone: layer 2's input is let go and layer 1's made again in its
-    // place, none having been kept.
+    // turn) and keeps segment 2's. In f32 without accumulation each segment's gradients go
+    // into its update as soon as its backward yields them, so none pile up: from
+    // recomputed layer 3 to layer 2 the bytes in use fall by one layer output (layer 3's
+    // input, let go), and from layer 2 to layer 1 they stay (layer 2's input let go, layer
+    // 1's made again in its place). Updating after backward, each step down held one more
+    // layer's gradients (1 MiB); what is left is small tensors of the update (240 bytes
+    // measured).
     let census = ModelConfig::Mlp {
         hidden: vec![WIDTH as usize; 4],
     }
@@ -114,8 +116,13 @@ fn each_step_reports_its_phases_and_its_peak_is_theirs() {
     let phases = phases(steps(&recomputed)[1]);
     let layer_gradients = (WIDTH * WIDTH + WIDTH) * 4;
     let at = |segment| in_use(Phase::Recomputed { segment }, &phases) as i64;
-    assert_eq!(at(3) - at(2), (BATCH * WIDTH * 4 - layer_gradients) as i64);
-    assert_eq!(at(2) - at(1), -(layer_gradients as i64));
+    let small = 4096;
+    let first = at(3) - at(2) - (BATCH * WIDTH * 4) as i64;
+    let second = at(2) - at(1);
+    assert!(
+        first.abs() < small && second.abs() < small,
+        "off by {first} and {second} bytes; a layer's gradients are {layer_gradients}"
+    );
 
     // After the plain forward pass each hidden layer holds one activation: its ReLU's
     // output, which the next matmul keeps as its input and the ReLU's backward reads its

@@ -10,7 +10,8 @@ use headroom::data::{Codec, DataSource, StreamOptions};
 use headroom::model::ModelConfig;
 use headroom::train::saved_run::{self, Checkpoint};
 use headroom::train::{
-    BackendKind, Duration, OptimizerConfig, OptimizerKind, Progress, TrainConfig, TrainEvent, Trainer,
+    BackendKind, Duration, Moments, OptimizerConfig, OptimizerKind, Progress, TrainConfig, TrainEvent,
+    Trainer,
 };
 
 const STEPS: u64 = 24;
@@ -83,8 +84,24 @@ async fn open(dir: &std::path::Path, config: &TrainConfig) -> DataSource {
 
 #[tokio::test]
 async fn a_resumed_run_gives_the_same_losses_bit_for_bit_on_flex() {
+    resumes_bit_for_bit(config()).await;
+}
+
+/// The same where each step's update runs inside backward (checkpointing in f32, one pass
+/// a step), with 8-bit moments.
+#[tokio::test]
+async fn a_run_updating_inside_backward_resumes_bit_for_bit_on_flex() {
+    resumes_bit_for_bit(TrainConfig {
+        micro_batch: Some(64),
+        checkpointing: Some(true),
+        moments: Some(Moments::Q8),
+        ..config()
+    })
+    .await;
+}
+
+async fn resumes_bit_for_bit(config: TrainConfig) {
     let dataset = common::synthetic_dataset(1000, 90, Codec::Lz4);
-    let config = config();
     let source = open(&dataset.dir, &config).await;
     let backend = BackendKind::Flex;
     let mut trainer = Trainer::new(config, &source, backend.device(), backend.name()).unwrap();
