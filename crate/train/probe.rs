@@ -234,6 +234,7 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
             target,
             setting.config.effective_batch,
             setting.run_samples,
+            levers.checkpointing && levers.precision == Precision::F32,
         ),
         None => Vec::new(),
     };
@@ -315,14 +316,23 @@ fn full_if(pure: bool, model: Model) -> Model {
 
 /// The micro-batches above `target` among `choices` that the climb may probe, smallest
 /// first, while their probes together cost at most [`CLIMB_SHARE`] of `run_samples`.
-fn climb(choices: Vec<usize>, target: usize, effective_batch: usize, run_samples: u64) -> Vec<usize> {
+/// `in_backward`: the levers update inside backward where a step is one pass (f32 under
+/// checkpointing), whose probe takes a step more.
+fn climb(
+    choices: Vec<usize>,
+    target: usize,
+    effective_batch: usize,
+    run_samples: u64,
+    in_backward: bool,
+) -> Vec<usize> {
     let mut spent = 0u64;
     choices
         .into_iter()
         .rev()
         .filter(|&m| m > target)
         .take_while(|&m| {
-            spent += probe_samples(m, m < effective_batch);
+            let accumulating = m < effective_batch;
+            spent += probe_samples(m, accumulating, in_backward && !accumulating);
             spent as f64 <= CLIMB_SHARE * run_samples as f64
         })
         .collect()
@@ -332,9 +342,11 @@ fn micro_steps_per_probe_step(accumulating: bool) -> usize {
     if accumulating { 2 } else { 1 }
 }
 
-/// The samples a rung's probe steps run through.
-fn probe_samples(micro_batch: usize, accumulating: bool) -> u64 {
-    (STEPS_PER_PROBE * micro_batch * micro_steps_per_probe_step(accumulating)) as u64
+/// The samples a rung's probe steps run through; `settling`: one step more (a probe of an
+/// update inside backward, [`probe_steps`]).
+fn probe_samples(micro_batch: usize, accumulating: bool, settling: bool) -> u64 {
+    let steps = STEPS_PER_PROBE + usize::from(settling);
+    (steps * micro_batch * micro_steps_per_probe_step(accumulating)) as u64
 }
 
 /// What one probe runs: its micro-batch, whether the run accumulates, and the census's
@@ -455,13 +467,20 @@ mod tests {
     #[test]
     fn the_climb_above_the_pick_costs_at_most_a_share_of_the_run() {
         let choices = vec![64, 32, 16, 8, 4, 2, 1];
-        assert_eq!(climb(choices.clone(), 32, 64, 64), Vec::<usize>::new());
-        assert_eq!(climb(choices.clone(), 32, 64, 40 * 64), vec![64]);
-        assert_eq!(climb(choices.clone(), 32, 64, 8 * 64), vec![64]);
-        assert_eq!(climb(choices.clone(), 32, 64, 8 * 64 - 1), Vec::<usize>::new());
+        assert_eq!(climb(choices.clone(), 32, 64, 64, false), Vec::<usize>::new());
+        assert_eq!(climb(choices.clone(), 32, 64, 40 * 64, false), vec![64]);
+        assert_eq!(climb(choices.clone(), 32, 64, 8 * 64, false), vec![64]);
+        assert_eq!(
+            climb(choices.clone(), 32, 64, 8 * 64 - 1, false),
+            Vec::<usize>::new()
+        );
         // From 4: 8, 16 and 32 accumulate, two steps of two micro-batches each (32, 64
         // and 128 samples): 224 samples need a run of 896.
-        assert_eq!(climb(choices.clone(), 4, 64, 896), vec![8, 16, 32]);
-        assert_eq!(climb(choices, 4, 64, 895), vec![8, 16]);
+        assert_eq!(climb(choices.clone(), 4, 64, 896, true), vec![8, 16, 32]);
+        assert_eq!(climb(choices.clone(), 4, 64, 895, true), vec![8, 16]);
+        // Updating inside backward, the probe of 64 (one pass) takes three steps: 192
+        // samples, a quarter of 768.
+        assert_eq!(climb(choices.clone(), 32, 64, 12 * 64, true), vec![64]);
+        assert_eq!(climb(choices, 32, 64, 12 * 64 - 1, true), Vec::<usize>::new());
     }
 }
