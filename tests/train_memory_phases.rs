@@ -69,6 +69,11 @@ fn each_step_reports_its_phases_and_its_peak_is_theirs() {
     let plain = with_flag(&["--memory-phases"]);
     let recomputed = with_flag(&["--memory-phases", "--checkpointing"]);
     let unrecorded = with_flag(&[]);
+    // One pass a step in f32: with checkpointing the update runs inside backward, and the
+    // run says so; without, it does not.
+    let started = |events: &[Value]| events.iter().find(|e| e["event"] == "started").unwrap().clone();
+    assert_eq!(started(&recomputed)["updates_in_backward"], true);
+    assert_eq!(started(&plain)["updates_in_backward"], false);
     assert!(
         steps(&unrecorded)
             .iter()

@@ -299,7 +299,11 @@ impl Report {
                         started.accumulation_steps,
                         started.micro_batch,
                         started.precision,
-                        if started.checkpointing { ", activation checkpointing" } else { "" },
+                        match (started.checkpointing, started.updates_in_backward) {
+                            (true, true) => ", activation checkpointing (updating inside backward)",
+                            (true, false) => ", activation checkpointing",
+                            (false, _) => "",
+                        },
                         if started.moments == Moments::Q8 { ", 8-bit moments" } else { "" },
                         cap,
                         format_bytes(started.predicted_peak as usize),

@@ -18,6 +18,9 @@ pub struct RunStarted {
     pub micro_batch: usize,
     pub accumulation_steps: usize,
     pub checkpointing: bool,
+    /// Each step's update runs inside backward, segment by segment, one segment's
+    /// gradients alive at a time: checkpointing in f32 at one pass a step.
+    pub updates_in_backward: bool,
     /// The precision the run uses, which may differ from the one asked for.
     pub precision: Precision,
     /// How Adam keeps its moments.

@@ -262,6 +262,17 @@ impl Trainer {
             .expect("the model is only taken during a step")
     }
 
+    /// How this run's passes go, under `loss_scale`.
+    fn micro_steps(&self, loss_scale: f32) -> MicroSteps {
+        MicroSteps {
+            micro_batch: self.micro_batch,
+            precision: self.precision,
+            loss_scale,
+            recompute: self.checkpointing(),
+            recomputed_inputs: recomputed_inputs(&self.config.model.census(&self.input).segments),
+        }
+    }
+
     /// One optimizer step over `batch` (at most one effective batch).
     pub async fn train_step(&mut self, batch: &Batch) -> Result<StepRecord, TrainError> {
         if batch.is_empty() {
@@ -273,13 +284,7 @@ impl Trainer {
         let learning_rate = self.schedule.lr_at(self.step);
         let model = self.model.take().expect("the model is only taken during a step");
         let loss_scale = self.scaler.as_ref().map(LossScaler::scale);
-        let steps = MicroSteps {
-            micro_batch: self.micro_batch,
-            precision: self.precision,
-            loss_scale: loss_scale.unwrap_or(1.0),
-            recompute: self.checkpointing(),
-            recomputed_inputs: recomputed_inputs(&self.config.model.census(&self.input).segments),
-        };
+        let steps = self.micro_steps(loss_scale.unwrap_or(1.0));
         if self.scaler.is_none() && steps.updates_in_backward(batch.len()) {
             let optimizer = &mut self.optimizer;
             let (model, loss) = update_in_backward(
@@ -555,6 +560,10 @@ impl Trainer {
             micro_batch: self.micro_batch,
             accumulation_steps: self.config.effective_batch / self.micro_batch,
             checkpointing: self.checkpointing(),
+            updates_in_backward: self.scaler.is_none()
+                && self
+                    .micro_steps(1.0)
+                    .updates_in_backward(self.config.effective_batch),
             precision: self.precision,
             moments: self.config.moments.unwrap_or_default(),
             precision_note: self.precision_note.clone(),

@@ -267,6 +267,7 @@ function onEvents(events, at) {
         if (event.resumed_at != null && page.resuming) replayHistory(page.resuming.history, at);
         page.resuming = null;
         showCalibration(event);
+        if (event.updates_in_backward) $("plan").textContent += " Each segment's update runs inside backward: one segment's gradients at a time.";
         if (event.precision_note) showStatus(`Training (${event.precision_note}).`);
         break;
       case "step":
