@@ -25,6 +25,28 @@ pub struct InputShape {
     pub kind: InputKind,
 }
 
+impl InputShape {
+    /// One channel of `height x width` pixels in `classes` classes.
+    pub fn images(height: usize, width: usize, classes: usize) -> Self {
+        InputShape {
+            height,
+            width,
+            classes,
+            kind: InputKind::Images,
+        }
+    }
+
+    /// Tokens of `classes` symbols.
+    pub fn tokens(classes: usize) -> Self {
+        InputShape {
+            height: 1,
+            width: 1,
+            classes,
+            kind: InputKind::Tokens,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum InputKind {

@@ -8,26 +8,16 @@ use crate::data::{ChunkFootprint, DataSource, Manifest, Split};
 use crate::memory::calibration::ProbedLevers;
 use crate::memory::planner::predict;
 use crate::memory::{Candidate, DataOption, DataSettings, LeverCosts, Plan, PlanRequest, PoolModel};
-use crate::model::{InputKind, InputShape};
+use crate::model::InputShape;
 
 /// What the trainer needs to know about a dataset: images of one channel with u8 labels,
 /// or text of one-byte tokens.
 pub fn input_shape(manifest: &Manifest) -> Result<InputShape, TrainError> {
     if manifest.is_text() {
-        return Ok(InputShape {
-            height: 1,
-            width: 1,
-            classes: manifest.classes(),
-            kind: InputKind::Tokens,
-        });
+        return Ok(InputShape::tokens(manifest.classes()));
     }
     match manifest.sample_shape[..] {
-        [height, width] => Ok(InputShape {
-            height,
-            width,
-            classes: manifest.class_names.len(),
-            kind: InputKind::Images,
-        }),
+        [height, width] => Ok(InputShape::images(height, width, manifest.class_names.len())),
         ref other => Err(TrainError::Dataset(format!(
             "samples of shape {other:?}; expected [height, width] images"
         ))),

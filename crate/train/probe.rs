@@ -234,7 +234,7 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
             target,
             setting.config.effective_batch,
             setting.run_samples,
-            levers.checkpointing && levers.precision == Precision::F32,
+            MicroSteps::levers_update_in_backward(levers.checkpointing, levers.precision),
         ),
         None => Vec::new(),
     };
@@ -434,7 +434,8 @@ fn probe_steps(
     // run's step 1 does, and a third counts, as the run's later steps do (the 6x384 GPT
     // at batch 8 reserved 19 MiB more at step 2 than at step 1, and its third step
     // measured that).
-    let settle = steps.updates_in_backward(samples) && step_count > 1;
+    let in_backward = steps.updates_in_backward(samples);
+    let settle = in_backward && step_count > 1;
     for step in 0..step_count + usize::from(settle) {
         // Only the last step counts: an earlier one still resizes the pools the rung below
         // left, which the run, starting from this rung's pools, does not.
@@ -444,7 +445,7 @@ fn probe_steps(
         }
         // As the run steps: in f32 under checkpointing without accumulation, the update
         // runs inside backward.
-        model = if steps.updates_in_backward(samples) {
+        model = if in_backward {
             let update = |model, grads| optimizer.step(VANISHING_LEARNING_RATE, model, grads);
             update_in_backward(model, &batch, steps, input, device, Some(&mut tracker), update).0
         } else {

@@ -152,18 +152,8 @@ mod tests {
     /// the gradients of exactly those (the stem's with segment 0).
     #[test]
     fn each_segment_yields_the_gradients_the_census_gives_it() {
-        let images = InputShape {
-            height: 8,
-            width: 8,
-            classes: 3,
-            kind: InputKind::Images,
-        };
-        let tokens = InputShape {
-            height: 1,
-            width: 1,
-            classes: 7,
-            kind: InputKind::Tokens,
-        };
+        let images = InputShape::images(8, 8, 3);
+        let tokens = InputShape::tokens(7);
         let gpt = GptShape {
             layers: 3,
             heads: 2,

@@ -235,15 +235,10 @@ mod tests {
     use burn::prelude::*;
 
     use super::*;
-    use crate::model::{GptShape, InputKind};
+    use crate::model::GptShape;
 
     fn images() -> InputShape {
-        InputShape {
-            height: 8,
-            width: 8,
-            classes: 3,
-            kind: InputKind::Images,
-        }
+        InputShape::images(8, 8, 3)
     }
 
     fn gpt() -> (ModelConfig, InputShape) {
@@ -253,12 +248,7 @@ mod tests {
             width: 8,
             context: 5,
         };
-        let input = InputShape {
-            height: 1,
-            width: 1,
-            classes: 7,
-            kind: InputKind::Tokens,
-        };
+        let input = InputShape::tokens(7);
         (ModelConfig::Gpt(shape), input)
     }
 

@@ -38,7 +38,12 @@ impl MicroSteps {
     /// ([`update_in_backward`]): under checkpointing, in one pass (nothing to accumulate)
     /// and in f32 (no loss scale whose overflow would have to void updates already made).
     pub fn updates_in_backward(&self, samples: usize) -> bool {
-        self.recompute && self.precision == Precision::F32 && self.micro_batch >= samples
+        Self::levers_update_in_backward(self.recompute, self.precision) && self.micro_batch >= samples
+    }
+
+    /// Whether these levers update inside backward at one pass a step.
+    pub fn levers_update_in_backward(checkpointing: bool, precision: Precision) -> bool {
+        checkpointing && precision == Precision::F32
     }
 
     /// Plain f32 passes of `micro_batch` samples.
@@ -215,18 +220,8 @@ mod tests {
     #[test]
     fn the_update_in_backward_equals_the_two_phase_step_bit_for_bit() {
         let device = Device::flex().autodiff();
-        let images = InputShape {
-            height: 8,
-            width: 8,
-            classes: 4,
-            kind: InputKind::Images,
-        };
-        let tokens = InputShape {
-            height: 1,
-            width: 1,
-            classes: 7,
-            kind: InputKind::Tokens,
-        };
+        let images = InputShape::images(8, 8, 4);
+        let tokens = InputShape::tokens(7);
         let gpt = ModelConfig::Gpt(GptShape {
             layers: 3,
             heads: 2,

@@ -285,7 +285,8 @@ impl Trainer {
         let model = self.model.take().expect("the model is only taken during a step");
         let loss_scale = self.scaler.as_ref().map(LossScaler::scale);
         let steps = self.micro_steps(loss_scale.unwrap_or(1.0));
-        if self.scaler.is_none() && steps.updates_in_backward(batch.len()) {
+        // f32 only, so no loss scaler to consult.
+        if steps.updates_in_backward(batch.len()) {
             let optimizer = &mut self.optimizer;
             let (model, loss) = update_in_backward(
                 model,
@@ -560,10 +561,9 @@ impl Trainer {
             micro_batch: self.micro_batch,
             accumulation_steps: self.config.effective_batch / self.micro_batch,
             checkpointing: self.checkpointing(),
-            updates_in_backward: self.scaler.is_none()
-                && self
-                    .micro_steps(1.0)
-                    .updates_in_backward(self.config.effective_batch),
+            updates_in_backward: self
+                .micro_steps(1.0)
+                .updates_in_backward(self.config.effective_batch),
             precision: self.precision,
             moments: self.config.moments.unwrap_or_default(),
             precision_note: self.precision_note.clone(),

@@ -470,7 +470,7 @@ pub(crate) mod tests {
     use burn::optim::{ModuleOptimizer, SgdConfig};
 
     use super::*;
-    use crate::model::{InputKind, InputShape, ModelConfig, ModelInput};
+    use crate::model::{InputShape, ModelConfig, ModelInput};
 
     /// burn's own module optimizer for the same settings, as the trainer built it before.
     fn burns(config: &OptimizerConfig) -> ModuleOptimizer {
@@ -517,12 +517,7 @@ pub(crate) mod tests {
 
     /// Square one-channel images of `side` pixels in `classes` classes.
     fn images(side: usize, classes: usize) -> InputShape {
-        InputShape {
-            height: side,
-            width: side,
-            classes,
-            kind: InputKind::Images,
-        }
+        InputShape::images(side, side, classes)
     }
 
     /// The default optimizer at a learning rate of 1e-2.
