@@ -34,7 +34,7 @@ impl PoolModel {
     pub fn for_backend(backend: &str) -> PoolModel {
         match backend {
             "ndarray" | "flex" => PoolModel::Host,
-            _ if cfg!(target_arch = "wasm32") => PoolModel::Exclusive {
+            _ if crate::ops::backend::exclusive_pages() => PoolModel::Exclusive {
                 alignment: 256,
                 max_buffer: 1024 * MIB,
             },

@@ -115,7 +115,7 @@ fn wgpu_device() -> Device {
     use crate::ops::matmul::{routine_for_adapter, set_gpu_routine};
     static DEVICE: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
     DEVICE
-        .get_or_init(|| match Device::wgpu_options().init_with_setup() {
+        .get_or_init(|| match wgpu_options().init_with_setup() {
             Ok((device, setup)) => {
                 let info = setup.adapter.get_info();
                 set_adapter_is_software(info.device_type == burn::tensor::wgpu::wgpu::DeviceType::Cpu);
@@ -128,6 +128,42 @@ fn wgpu_device() -> Device {
             Err(_) => Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
         })
         .clone()
+}
+
+/// The device's options: burn's, with the page's pool where `HEADROOM_EXCLUSIVE_PAGES=1`.
+#[cfg(not(target_arch = "wasm32"))]
+fn wgpu_options() -> burn::tensor::wgpu::WgpuOptions {
+    let options = Device::wgpu_options();
+    match exclusive_pages() {
+        true => options.memory_config(burn::tensor::wgpu::MemoryConfiguration::ExclusivePages),
+        false => options,
+    }
+}
+
+/// `HEADROOM_EXCLUSIVE_PAGES=1` gives the native wgpu device the pool WebGPU gets in the page
+/// (cubecl's exclusive pages, one page per allocation) and the planner its model of it: to
+/// measure the page's reservation on lavapipe, phase by phase, in minutes rather than hours
+/// of SwiftShader.
+pub fn exclusive_pages() -> bool {
+    // Read once: the device's pool is chosen once, and the planner must model that one.
+    static EXCLUSIVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *EXCLUSIVE.get_or_init(|| {
+        cfg!(target_arch = "wasm32") || std::env::var("HEADROOM_EXCLUSIVE_PAGES").is_ok_and(|v| v == "1")
+    })
+}
+
+/// `f(input)`, allocating in `device`'s persistent pool (exact-size slices, reused by the
+/// next allocation of that size) where the pool otherwise gives each allocation a page of
+/// its own ([`exclusive_pages`]): there a tensor that outlives the step's activations (a
+/// parameter, a moment, a gradient sum) made while their pages are free takes one many
+/// times its size and holds it (docs/benchmarks.md, "the page's pool under
+/// checkpointing"). Elsewhere the sliced pools pack such tensors already, and moving them
+/// reserved more (same entry).
+pub fn lasting<I: Send, O: Send>(device: &burn::prelude::Device, input: I, f: impl Fn(I) -> O + Send) -> O {
+    match exclusive_pages() {
+        true => device.memory_persistent_allocations(input, f),
+        false => f(input),
+    }
 }
 
 /// `HEADROOM_GPU_MATMUL=<routine>` (as `headroom bench matmul --routines` names them)

@@ -1,5 +1,6 @@
 //! One optimizer step's gradients, computed over micro-batches.
 
+use burn::module::{ModuleVisitor, Param};
 use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::prelude::*;
@@ -10,6 +11,7 @@ use super::{precision, tensors};
 use crate::data::Batch;
 use crate::memory::{MemoryTracker, Phase};
 use crate::model::{InputShape, Model};
+use crate::ops::backend::{exclusive_pages, lasting};
 
 pub struct StepGradients {
     pub grads: GradientsParams,
@@ -104,7 +106,7 @@ pub fn accumulate_gradients(
         };
         let loss = if steps.recompute {
             let summed = |forward: Model, grads| {
-                accumulator.accumulate(model, to_master(grads));
+                sum_into(&mut accumulator, model, to_master(grads), start == 0, device);
                 forward
             };
             // The clone shares the weights: nothing is copied.
@@ -121,7 +123,7 @@ pub fn accumulate_gradients(
             let Objective { loss, backward_from } = objective(forward_model.forward(upload()));
             sample(Phase::Forward);
             let grads = GradientsParams::from_grads(backward_from.backward(), forward_model);
-            accumulator.accumulate(model, to_master(grads));
+            sum_into(&mut accumulator, model, to_master(grads), start == 0, device);
             loss.detach()
         };
         sample(Phase::Backward);
@@ -135,6 +137,40 @@ pub fn accumulate_gradients(
         // An empty batch has no loss to speak of: zero, and no gradients.
         loss: loss_sum.unwrap_or_else(|| Tensor::zeros([1], device)),
     }
+}
+
+/// Adds `grads` to the step's sums, which outlive the micro-batch's activations: see
+/// [`lasting`]. A sum is added to in place, so only the first micro-batch's gradients,
+/// made during backward and taken over as the sums, are copied there first.
+fn sum_into(
+    accumulator: &mut GradientsAccumulator<Model>,
+    model: &Model,
+    grads: GradientsParams,
+    first: bool,
+    device: &Device,
+) {
+    lasting(device, (accumulator, grads), |(accumulator, grads)| {
+        let grads = match first && exclusive_pages() {
+            true => copied(model, grads),
+            false => grads,
+        };
+        accumulator.accumulate(model, grads)
+    });
+}
+
+/// `grads` on new memory: each a fresh zero tensor that the gradient is added to in place.
+fn copied(model: &Model, mut grads: GradientsParams) -> GradientsParams {
+    struct Copy<'a>(&'a mut GradientsParams, GradientsParams);
+    impl ModuleVisitor for Copy<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if let Some(grad) = self.0.remove::<D>(param.id) {
+                self.1.register(param.id, grad.zeros_like().add(grad));
+            }
+        }
+    }
+    let mut copy = Copy(&mut grads, GradientsParams::new());
+    model.visit(&mut copy);
+    copy.1
 }
 
 /// The loss of `logits` against `targets`, weighted by `share` of the batch, and what

@@ -29,6 +29,7 @@ use super::quantize::{self, Codebook, Quantized};
 mod bytes;
 mod chunked;
 use crate::model::Model;
+use crate::ops::backend::lasting;
 
 /// burn's SGD momentum dampening (`MomentumConfig`'s default), kept so the rule is burn's.
 const SGD_DAMPENING: f64 = 0.1;
@@ -156,12 +157,19 @@ impl Optimizer {
         loss_scale: f32,
     ) -> Model {
         self.inverse_loss_scale = 1.0 / loss_scale;
-        model.map(&mut Update {
-            optimizer: self,
-            grads: &mut grads,
-            learning_rate,
-            place: 0,
-        })
+        let update = |(model, grads, optimizer): (Model, &mut GradientsParams, &mut Optimizer)| {
+            model.map(&mut Update {
+                optimizer,
+                grads,
+                learning_rate,
+                place: 0,
+            })
+        };
+        // The new parameters and moments outlive the step: see `lasting`.
+        match model.devices().into_iter().next() {
+            Some(device) => lasting(&device, (model, &mut grads, self), update),
+            None => model,
+        }
     }
 
     /// One parameter's update on the inner (non-autodiff) tensors. An f16 parameter
