@@ -5,9 +5,12 @@
 // `headroom bench ladder` is the native counterpart.
 //   node web/bench/ladder.mjs [--runs 64:4x128,256:8x512,1024:12x768] [--steps 20]
 //                             [--batch 8] [--context 256] [--timeout-min 600] [--plan-only]
+//                             [--fix checkpointing=on,moments=8bit,micro-batch=8] [--probes]
 // (after web/scripts/build-wasm and cargo build --bin headroom; HEADROOM_BIN names another).
 // A run is CAP_MIB:LAYERSxWIDTH, with as many heads as layers (nanoGPT's shapes).
 // --plan-only prints the page's plan line for each (the census, in seconds) and trains nothing.
+// --fix sets form fields by id (a lever fixed by hand stays fixed); --probes prints each probe
+// step's census against the reservation it measured, to check the census in the page.
 import { parseArgs } from "node:util";
 import { countedBytes, describeLevers, formatBytes, fromMiB } from "../page/format.js";
 import { launchChromium, openPlayground, serve, setRun } from "./harness.mjs";
@@ -20,6 +23,8 @@ const { values: options } = parseArgs({
     context: { type: "string", default: "256" },
     "timeout-min": { type: "string", default: "600" },
     "plan-only": { type: "boolean", default: false },
+    fix: { type: "string", default: "" },
+    probes: { type: "boolean", default: false },
   },
 });
 
@@ -38,6 +43,10 @@ async function train(server, run) {
     for (const [id, value] of [["gpt-layers", run.layers], ["gpt-heads", run.layers], ["gpt-width", run.width], ["gpt-context", options.context], ["micro-batch", "auto"]]) {
       await page.fill(`#${id}`, String(value));
     }
+    for (const [id, value] of options.fix.split(",").filter(Boolean).map((pair) => pair.split("="))) {
+      const select = await page.$eval(`#${id}`, (field) => field.tagName === "SELECT");
+      await (select ? page.selectOption(`#${id}`, value) : page.fill(`#${id}`, value));
+    }
     // The plan line names the cap once it is planned for this shape, fit or not.
     const capText = formatBytes(fromMiB(run.cap));
     const planned = await page
@@ -52,6 +61,12 @@ async function train(server, run) {
     await page.waitForFunction(() => playground.state === "ended", null, { timeout: Number(options["timeout-min"]) * 60000, polling: 5000 });
     const log = await page.evaluate(() => playground.log.entries());
     const steps = log.filter((entry) => entry.event === "step");
+    if (options.probes) {
+      for (const probe of log.filter((entry) => entry.event === "probe" && entry.finished)) {
+        const how = probe.accumulating ? "accumulating" : "one pass";
+        console.log(`probe: micro-batch ${probe.micro_batch} ${how}: census ${formatBytes(probe.census_reserved)}, measured ${formatBytes(probe.peak_reserved)}`);
+      }
+    }
     const begun = log.find((entry) => entry.event === "started");
     const samples = await page.evaluate(() => playground.charts.samples);
     const counted = samples.map(countedBytes);
