@@ -21,14 +21,6 @@ impl Run {
     }
 }
 
-/// Device reservation plus data pipeline: what the cap counts.
-fn held(memory: &Value) -> u64 {
-    memory["gpu_bytes_reserved"]
-        .as_u64()
-        .expect("wgpu reports its pool")
-        + memory["data_bytes_held"].as_u64().unwrap()
-}
-
 fn train(data: &str, cap: Option<u64>) -> Run {
     train_with(
         data,
@@ -99,7 +91,7 @@ fn assert_held_with_the_same_math(uncapped: &Run, capped: &Run, cap: u64) {
 fn assert_every_step_under(run: &Run, cap: u64) {
     for step in run.of("step") {
         assert!(
-            held(&step["memory"]) <= cap,
+            common::held(&step["memory"]) <= cap,
             "step {} over the cap {cap}: {}",
             step["step"],
             step["memory"]
@@ -141,7 +133,7 @@ fn a_cap_between_the_census_and_the_measured_peak_is_held_by_shrinking_during_th
     let data = dataset.dir.to_str().unwrap();
     let flags = wide_adamw("96", false);
     let uncapped = train_with(data, &flags, None);
-    let measured = held(&uncapped.finished()["peak_memory"]);
+    let measured = common::held(&uncapped.finished()["peak_memory"]);
     let predicted = started(&uncapped)["predicted_peak"].as_u64().unwrap();
     // A cap just above the measured peak: every step can stay under it, yet the step
     // that peaks passes the enforcer's 90%.
@@ -161,7 +153,7 @@ fn a_cap_between_the_census_and_the_measured_peak_is_held_by_shrinking_during_th
 
 /// The figure the run's plan rested on (`calibrated_peak`) within 10% of the run's peak.
 fn assert_calibrated_within_10_percent(run: &Run) {
-    let measured = held(&run.finished()["peak_memory"]);
+    let measured = common::held(&run.finished()["peak_memory"]);
     let calibrated = started(run)["calibrated_peak"].as_u64().expect("wgpu calibrates");
     let error = (calibrated as f64 - measured as f64) / measured as f64;
     assert!(
@@ -207,7 +199,7 @@ fn the_calibrated_plan_shrinks_before_step_1_where_the_measured_peak_would_pass_
     let dataset = common::synthetic_dataset(4096, 1024, Codec::Lz4);
     let data = dataset.dir.to_str().unwrap();
     let uncapped = train(data, None);
-    let measured = held(&uncapped.finished()["peak_memory"]);
+    let measured = common::held(&uncapped.finished()["peak_memory"]);
     assert_calibrated_within_10_percent(&uncapped);
     assert_probes_reported(&uncapped);
     // Just above the measured peak: a step at the full micro-batch would pass the
@@ -231,7 +223,7 @@ fn a_cap_no_shrink_can_meet_ends_with_the_over_the_cap_error_or_is_refused_befor
     let census_only = wide_adamw("2", false);
     let uncapped = train_with(data, &census_only, None);
     let predicted = started(&uncapped)["predicted_peak"].as_u64().unwrap();
-    let measured = held(&uncapped.finished()["peak_memory"]);
+    let measured = common::held(&uncapped.finished()["peak_memory"]);
     // The census's figure passes the plan; the measured peak is over the cap.
     let cap = (predicted as f64 / 0.9) as u64 + (1 << 19);
     assert!(
@@ -266,7 +258,7 @@ fn under_a_cap_below_the_uncapped_peak_the_run_stays_under_it_with_the_same_batc
     let dataset = common::synthetic_dataset(4096, 1024, Codec::Lz4);
     let data = dataset.dir.to_str().unwrap();
     let uncapped = train(data, None);
-    let uncapped_peak = held(&uncapped.finished()["peak_memory"]);
+    let uncapped_peak = common::held(&uncapped.finished()["peak_memory"]);
     let cap = uncapped_peak * 9 / 10;
     let capped = train(data, Some(cap));
 
@@ -365,7 +357,7 @@ fn the_gpt_trains_under_half_its_unlevered_peak_with_the_same_batch_and_losses()
     let dataset = common::text_dataset(&common::generated_text(60_000), 4096);
     let data = dataset.dir.to_str().unwrap();
     let uncapped = train_gpt(data, &["--micro-batch", "32"], None);
-    let unlevered = held(&uncapped.finished()["peak_memory"]);
+    let unlevered = common::held(&uncapped.finished()["peak_memory"]);
     let cap = unlevered / 2;
     let capped = train_gpt(data, &[], Some(cap));
     let micro = started(&capped)["micro_batch"].as_u64().unwrap();
@@ -409,7 +401,7 @@ fn under_a_cap_the_plain_run_passes_the_planner_picks_a_lever_and_one_fixed_by_h
     assert_eq!(started_plain["checkpointing"], false);
     assert!(started_plain["levers_reason"].is_null(), "{started_plain}");
     // The plain run's own peak as the cap: it would pass the enforcer's 90%.
-    let cap = held(&plain.finished()["peak_memory"]);
+    let cap = common::held(&plain.finished()["peak_memory"]);
     let capped = train_auto(data, &LONG_GPT, Some(cap));
     let picked = started(&capped);
     assert!(

@@ -63,9 +63,7 @@ fn under_16_mib_the_small_mlp_trains_with_the_data_settings_the_planner_picked()
     // Every sample the run took, training and evaluating, is under the cap.
     let mut samples = 0;
     for event in of("step").chain(of("eval")) {
-        let memory = &event["memory"];
-        let counted =
-            memory["gpu_bytes_reserved"].as_u64().unwrap() + memory["data_bytes_held"].as_u64().unwrap();
+        let counted = common::held(&event["memory"]);
         assert!(counted <= CAP, "{event}");
         samples += 1;
     }

@@ -10,23 +10,13 @@ mod common;
 
 use serde_json::Value;
 
-/// The run's census and the largest reservation (plus the data it held) any step
-/// reported, and its last loss.
+/// The run's census, its peak (device reservation plus data held) and its last loss.
 fn census_peak_loss(events: &[Value]) -> (f64, f64, f64) {
-    let started = events.iter().find(|e| e["event"] == "started").expect("started");
-    let steps: Vec<&Value> = events.iter().filter(|e| e["event"] == "step").collect();
-    let peak = steps
-        .iter()
-        .map(|s| {
-            let memory = &s["memory"];
-            memory["gpu_bytes_reserved"]
-                .as_f64()
-                .expect("wgpu reports its pool")
-                + memory["data_bytes_held"].as_f64().unwrap()
-        })
-        .fold(0.0, f64::max);
-    let loss = steps.last().expect("a step")["loss"].as_f64().unwrap();
-    (started["predicted_peak"].as_f64().unwrap(), peak, loss)
+    let find = |kind: &str| events.iter().find(|e| e["event"] == kind).expect(kind);
+    let peak = common::held(&find("finished")["peak_memory"]) as f64;
+    let last = events.iter().rfind(|e| e["event"] == "step").expect("a step");
+    let loss = last["loss"].as_f64().unwrap();
+    (find("started")["predicted_peak"].as_f64().unwrap(), peak, loss)
 }
 
 #[test]

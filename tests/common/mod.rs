@@ -98,6 +98,15 @@ pub fn headroom_events_with_env(args: &[&str], env: &[(&str, &str)]) -> Vec<serd
         .collect()
 }
 
+/// Device reservation plus data pipeline, as an event's `memory` gives them: what the cap
+/// counts.
+pub fn held(memory: &serde_json::Value) -> u64 {
+    memory["gpu_bytes_reserved"]
+        .as_u64()
+        .expect("wgpu reports its pool")
+        + memory["data_bytes_held"].as_u64().unwrap()
+}
+
 /// One batch of `samples` generated samples, read through the data pipeline, and the
 /// input shape of its dataset.
 pub async fn one_batch(samples: usize) -> (Batch, InputShape) {
