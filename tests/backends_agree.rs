@@ -48,12 +48,16 @@ async fn agree(model: ModelConfig, other: BackendKind) {
         .await
         .unwrap();
     let cpu = BackendKind::Flex;
-    let trainer = Trainer::new(config, &source, cpu.device(), cpu.name()).unwrap();
+    let trainer = Trainer::new(config, &source, cpu.device(), cpu.name())
+        .await
+        .unwrap();
     let start = saved_run::capture(&trainer, &Progress::default(), &source)
         .await
         .unwrap();
     let (on_other, other_progress) =
-        saved_run::restore(&start, |_| {}, &source, other.device(), other.name()).unwrap();
+        saved_run::restore(&start, |_| {}, &source, other.device(), other.name())
+            .await
+            .unwrap();
     let other_losses = losses(on_other, other_progress, &source).await;
     let cpu_losses = losses(trainer, Progress::default(), &source).await;
     assert_eq!(cpu_losses.len() as u64, STEPS);

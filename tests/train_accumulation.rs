@@ -50,8 +50,8 @@ async fn accumulation_matches_one_pass(backend: BackendKind, model: ModelConfig)
     let (batch, input) = common::one_batch(256).await;
     let device = backend.device().autodiff();
     let model = model.init(&input, &device);
-    let whole = accumulate_gradients(&model, &batch, MicroSteps::f32(256), &input, &device, None);
-    let accumulated = accumulate_gradients(&model, &batch, MicroSteps::f32(64), &input, &device, None);
+    let whole = accumulate_gradients(&model, &batch, MicroSteps::f32(256), &input, &device, None).await;
+    let accumulated = accumulate_gradients(&model, &batch, MicroSteps::f32(64), &input, &device, None).await;
     assert_same_gradients(backend, &model, whole, accumulated, 1e-5);
 }
 
@@ -139,7 +139,7 @@ async fn recomputation_matches_keeping(backend: BackendKind, precision: Precisio
             loss_scale: if precision == Precision::F16 { 1024.0 } else { 1.0 },
             ..MicroSteps::f32(64)
         };
-        let kept = accumulate_gradients(&model, batch, steps, input, &device, None);
+        let kept = accumulate_gradients(&model, batch, steps, input, &device, None).await;
         let recomputed = accumulate_gradients(
             &model,
             batch,
@@ -151,7 +151,8 @@ async fn recomputation_matches_keeping(backend: BackendKind, precision: Precisio
             input,
             &device,
             None,
-        );
+        )
+        .await;
         assert_same_gradients(backend, &model, kept, recomputed, tolerance);
     }
     assert!(dropped_any, "no case recomputes an input it could keep");
@@ -179,14 +180,14 @@ async fn f16_gradients_recomputed_by_segments_come_close_to_f32_on_wgpu() {
     // Fixed weights: how far f16 rounding moves a gradient depends on them.
     device.seed(5);
     let model = ModelConfig::Mlp { hidden: vec![96, 64] }.init(&input, &device);
-    let f32 = accumulate_gradients(&model, &batch, MicroSteps::f32(64), &input, &device, None);
+    let f32 = accumulate_gradients(&model, &batch, MicroSteps::f32(64), &input, &device, None).await;
     let f16 = MicroSteps {
         precision: Precision::F16,
         loss_scale: 1024.0,
         recompute: true,
         ..MicroSteps::f32(64)
     };
-    let f16 = accumulate_gradients(&model, &batch, f16, &input, &device, None);
+    let f16 = accumulate_gradients(&model, &batch, f16, &input, &device, None).await;
     // With these weights f16 rounding moves no gradient by more than 0.05% (other draws
     // moved a small bias's by up to 3%); a batch in the wrong type moves every gradient by
     // its own size.

@@ -48,7 +48,7 @@ async fn train(backend: BackendKind, config: TrainConfig) -> Result<Run, TrainEr
     let source = DataSource::open(dataset.dir.to_str().unwrap(), config.stream_options())
         .await
         .unwrap();
-    let mut trainer = Trainer::new(config, &source, backend.device(), backend.name())?;
+    let mut trainer = Trainer::new(config, &source, backend.device(), backend.name()).await?;
     let mut events = Vec::new();
     let summary = trainer.run(&source, |event| events.push(event.clone())).await?;
     let mut dtypes = Dtypes(Vec::new());

@@ -16,7 +16,9 @@ async fn losses(config: TrainConfig) -> Vec<f32> {
         .await
         .unwrap();
     let backend = BackendKind::Flex;
-    let mut trainer = Trainer::new(config, &source, backend.device(), backend.name()).unwrap();
+    let mut trainer = Trainer::new(config, &source, backend.device(), backend.name())
+        .await
+        .unwrap();
     let mut losses = Vec::new();
     trainer
         .run(&source, |event| {

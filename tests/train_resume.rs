@@ -104,7 +104,9 @@ async fn resumes_bit_for_bit(config: TrainConfig) {
     let dataset = common::synthetic_dataset(1000, 90, Codec::Lz4);
     let source = open(&dataset.dir, &config).await;
     let backend = BackendKind::Flex;
-    let mut trainer = Trainer::new(config, &source, backend.device(), backend.name()).unwrap();
+    let mut trainer = Trainer::new(config, &source, backend.device(), backend.name())
+        .await
+        .unwrap();
     let mut progress = Progress::default();
     // Step 7: the reader is mid-chunk with three chunks open; step 10: an evaluation has
     // just released them; step 17: an epoch has just begun.
@@ -124,7 +126,9 @@ async fn resumes_bit_for_bit(config: TrainConfig) {
         let at = checkpoint.state.step as usize;
         assert_eq!(checkpoint.state.history.losses, losses[..at]);
         let (mut trainer, mut progress) =
-            saved_run::restore(checkpoint, |_| {}, &source, backend.device(), backend.name()).unwrap();
+            saved_run::restore(checkpoint, |_| {}, &source, backend.device(), backend.name())
+                .await
+                .unwrap();
         let (rest, rest_evals, _) = run_to_end(&mut trainer, &mut progress, &source, &[]).await;
         let bits = |values: &[f32]| values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(
@@ -148,7 +152,9 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
     };
     let source = open(&dataset.dir, &config).await;
     let backend = BackendKind::Flex;
-    let mut trainer = Trainer::new(config.clone(), &source, backend.device(), backend.name()).unwrap();
+    let mut trainer = Trainer::new(config.clone(), &source, backend.device(), backend.name())
+        .await
+        .unwrap();
     let mut progress = Progress::default();
     run_to_end(&mut trainer, &mut progress, &source, &[]).await;
     let saved = saved_run::capture(&trainer, &progress, &source).await.unwrap();
@@ -157,18 +163,20 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
         model: saved.model.clone(),
         optimizer: saved.optimizer.clone(),
     };
-    let refusal = |checkpoint: &Checkpoint, source: &DataSource| match saved_run::restore(
+    let refusal = async |checkpoint: &Checkpoint, source: &DataSource| match saved_run::restore(
         checkpoint,
         |_| {},
         source,
         backend.device(),
         backend.name(),
-    ) {
+    )
+    .await
+    {
         Ok(_) => panic!("a bad checkpoint was accepted"),
         Err(error) => (error.kind(), error.to_string()),
     };
     let other_source = open(&other.dir, &config).await;
-    let (kind, message) = refusal(&saved(), &other_source);
+    let (kind, message) = refusal(&saved(), &other_source).await;
     assert_eq!(kind, headroom::data::ErrorKind::BadCheckpoint);
     assert!(
         message.contains("not the one the run was trained on"),
@@ -180,13 +188,14 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
     damaged.model[middle] ^= 1;
     assert!(
         refusal(&damaged, &source)
+            .await
             .1
             .contains("do not match their checksum")
     );
 
     let mut newer = saved();
     newer.state.format += 1;
-    assert!(refusal(&newer, &source).1.contains("format"));
+    assert!(refusal(&newer, &source).await.1.contains("format"));
 
     let blob = saved().to_bytes();
     let model_end = blob.len() - saved().optimizer.len();
@@ -199,11 +208,12 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
     let mut tail_cut = Checkpoint::from_bytes(&blob[..blob.len() - 3]).unwrap();
     assert!(
         refusal(&tail_cut, &source)
+            .await
             .1
             .contains("do not match their checksum")
     );
     tail_cut.state.optimizer_sha256 = headroom::data::chunk::sha256_hex(&tail_cut.optimizer);
-    assert!(refusal(&tail_cut, &source).1.contains("optimizer state"));
+    assert!(refusal(&tail_cut, &source).await.1.contains("optimizer state"));
 
     // An f16 step that overflowed has an infinite loss: JSON holds it as null, read as NaN.
     let mut overflowed = saved();
@@ -216,7 +226,9 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
         model: ModelConfig::Mlp { hidden: vec![16] },
         ..config.clone()
     };
-    let mut other_trainer = Trainer::new(narrower, &source, backend.device(), backend.name()).unwrap();
+    let mut other_trainer = Trainer::new(narrower, &source, backend.device(), backend.name())
+        .await
+        .unwrap();
     let mut other_progress = Progress::default();
     run_to_end(&mut other_trainer, &mut other_progress, &source, &[]).await;
     let foreign = saved_run::capture(&other_trainer, &other_progress, &source)
@@ -225,7 +237,7 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
     let mut mixed = saved();
     mixed.optimizer = foreign.optimizer;
     mixed.state.optimizer_sha256 = headroom::data::chunk::sha256_hex(&mixed.optimizer);
-    let message = refusal(&mixed, &source).1;
+    let message = refusal(&mixed, &source).await.1;
     assert!(
         message.contains("optimizer state") && message.contains("does not have"),
         "{message}"
@@ -238,7 +250,7 @@ async fn a_checkpoint_for_other_data_or_with_a_damaged_blob_is_refused_in_words(
         open: vec![],
         mixer_words: "0".into(),
     });
-    assert!(refusal(&moved, &source).1.contains("past the"));
+    assert!(refusal(&moved, &source).await.1.contains("past the"));
 }
 
 /// `headroom train` on flex with a small MLP over `data`, and `extra` flags.

@@ -34,7 +34,9 @@ async fn train(
     let source = DataSource::open(dataset.dir.to_str().unwrap(), config.stream_options())
         .await
         .unwrap();
-    let mut trainer = Trainer::new(config, &source, backend.device(), backend.name()).unwrap();
+    let mut trainer = Trainer::new(config, &source, backend.device(), backend.name())
+        .await
+        .unwrap();
     let mut events = Vec::new();
     let summary = trainer
         .run(&source, |event| events.push(event.clone()))

@@ -83,7 +83,9 @@ async fn eight_bit_moments_and_f16_without_master_follow_f32_adam_over_50_steps(
     ] {
         let config = config(precision, moments, 64, 50);
         let source = open(&dataset.dir, &config).await;
-        let mut trainer = Trainer::new(config, &source, BACKEND.device(), BACKEND.name()).unwrap();
+        let mut trainer = Trainer::new(config, &source, BACKEND.device(), BACKEND.name())
+            .await
+            .unwrap();
         assert_eq!(trainer.precision(), precision, "lavapipe stores f16");
         let (losses, _) = run(&mut trainer, &mut Progress::default(), &source, 0).await;
         let tail = losses[40..].iter().sum::<f32>() / 10.0;
@@ -115,11 +117,15 @@ async fn a_run_with_both_levers_resumes_bit_for_bit() {
             ..config(Precision::F16Pure, Moments::Q8, micro_batch, 10)
         };
         let source = open(&dataset.dir, &config).await;
-        let mut trainer = Trainer::new(config, &source, BACKEND.device(), BACKEND.name()).unwrap();
+        let mut trainer = Trainer::new(config, &source, BACKEND.device(), BACKEND.name())
+            .await
+            .unwrap();
         let (losses, saved) = run(&mut trainer, &mut Progress::default(), &source, 5).await;
         let checkpoint = saved.unwrap();
         let (mut trainer, mut progress) =
-            saved_run::restore(&checkpoint, |_| {}, &source, BACKEND.device(), BACKEND.name()).unwrap();
+            saved_run::restore(&checkpoint, |_| {}, &source, BACKEND.device(), BACKEND.name())
+                .await
+                .unwrap();
         assert_eq!(trainer.precision(), Precision::F16Pure);
         let (rest, _) = run(&mut trainer, &mut progress, &source, 0).await;
         let bits = |values: &[f32]| values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();

@@ -40,9 +40,11 @@ async fn second_step_peak(model: &ModelConfig, micro_batch: usize, in_backward: 
                 Some(&mut tracker),
                 update,
             )
+            .await
             .0
         } else {
-            let step = accumulate_gradients(&model, &batch, steps, &input, &train_device, Some(&mut tracker));
+            let step =
+                accumulate_gradients(&model, &batch, steps, &input, &train_device, Some(&mut tracker)).await;
             optimizer.step(1e-3, model, step.grads)
         };
         tracker.sample();

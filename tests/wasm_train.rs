@@ -44,7 +44,9 @@ async fn train(preference: Preference, config: TrainConfig) -> (String, Vec<Trai
     let source = DataSource::open(&dataset_url().await, config.stream_options())
         .await
         .unwrap();
-    let trainer = Trainer::new(config, &source, acquired.device, acquired.backend).unwrap();
+    let trainer = Trainer::new(config, &source, acquired.device, acquired.backend)
+        .await
+        .unwrap();
     let events = run_to_end(trainer, Progress::default(), &source).await;
     (acquired.backend.to_string(), events)
 }
@@ -182,12 +184,16 @@ async fn webgpu_gives_the_cpu_fallbacks_losses_from_the_same_weights() {
         .await
         .unwrap();
     let cpu = device::acquire(Preference::Cpu).await.unwrap();
-    let on_cpu = Trainer::new(config, &source, cpu.device, cpu.backend).unwrap();
+    let on_cpu = Trainer::new(config, &source, cpu.device, cpu.backend)
+        .await
+        .unwrap();
     let start = saved_run::capture(&on_cpu, &Progress::default(), &source)
         .await
         .unwrap();
     let gpu = device::acquire(Preference::WebGpu).await.unwrap();
-    let (on_gpu, progress) = saved_run::restore(&start, |_| {}, &source, gpu.device, gpu.backend).unwrap();
+    let (on_gpu, progress) = saved_run::restore(&start, |_| {}, &source, gpu.device, gpu.backend)
+        .await
+        .unwrap();
     let gpu_losses = losses(&run_to_end(on_gpu, progress, &source).await);
     let cpu_losses = losses(&run_to_end(on_cpu, Progress::default(), &source).await);
     assert_eq!(cpu_losses.len(), 20);

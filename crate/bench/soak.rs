@@ -70,7 +70,7 @@ async fn run(
     every: u64,
     crash_at: Option<u64>,
 ) -> anyhow::Result<(Trace, Option<u64>)> {
-    let mut trainer = Trainer::new(config.clone(), source, backend.device(), backend.name())?;
+    let mut trainer = Trainer::new(config.clone(), source, backend.device(), backend.name()).await?;
     let mut progress = Progress::default();
     let (mut trace, mut saved, mut resumed_from) = (Trace::default(), None::<Checkpoint>, None);
     while progress.summary().is_none() {
@@ -86,7 +86,7 @@ async fn run(
             // As a fresh process would start: without the dropped run's cached pages.
             backend.device().memory_cleanup();
             (trainer, progress) =
-                saved_run::restore(checkpoint, |_| {}, source, backend.device(), backend.name())?;
+                saved_run::restore(checkpoint, |_| {}, source, backend.device(), backend.name()).await?;
             resumed_from = Some(checkpoint.state.step);
             // The steps since the save run again; the trace keeps the ones the run resumes with.
             let kept = checkpoint.state.step as usize;

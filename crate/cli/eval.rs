@@ -77,7 +77,8 @@ pub async fn run(args: EvalArgs) -> anyhow::Result<()> {
         &source,
         args.backend.device(),
         args.backend.name(),
-    )?;
+    )
+    .await?;
     let eval = match &args.logits {
         None => trainer.evaluate(&source, args.split).await?,
         Some(path) => {

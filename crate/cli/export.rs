@@ -39,7 +39,8 @@ pub async fn run(args: ExportArgs) -> anyhow::Result<()> {
         &source,
         Device::flex(),
         "flex",
-    )?;
+    )
+    .await?;
     let bytes = saved_run::safetensors_bytes(&trainer, &source).await?;
     super::checkpoint_dir::write_atomically(&args.out, &bytes)?;
     println!(

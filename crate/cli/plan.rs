@@ -97,7 +97,7 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     };
     let mut plan = plan(&request, args.cap);
     if args.calibrate {
-        calibrate(&mut plan, &config, &source, args.backend)?;
+        calibrate(&mut plan, &config, &source, args.backend).await?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&plan)?);
@@ -117,7 +117,7 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
 /// Probes the setting the census picked (its precision and checkpointing; the first
 /// candidate's where none fits) and puts the calibrated figures on that setting's
 /// candidates; the pick is made again among them.
-fn calibrate(
+async fn calibrate(
     plan: &mut Plan,
     config: &TrainConfig,
     source: &DataSource,
@@ -133,7 +133,7 @@ fn calibrate(
         ..config.clone()
     };
     let device = backend.device().autodiff();
-    let (probed, _) = probed_plan(&config, source, &device, backend.name(), &mut print_probe)?;
+    let (probed, _) = probed_plan(&config, source, &device, backend.name(), &mut print_probe).await?;
     let Some(calibration) = probed.plan.calibration else {
         eprintln!(
             "note: the {} backend reports no device pool to calibrate on",

@@ -409,7 +409,7 @@ async fn start(
         let data = args.data.clone().context("--data is required")?;
         let source = DataSource::open(&data, config.stream_options()).await?;
         let mut on_probe = |probe: &ProbeReport| report.event(&TrainEvent::Probe(probe.clone()));
-        let mut trainer = Trainer::reporting_probes(config, &source, device, backend, &mut on_probe)?;
+        let mut trainer = Trainer::reporting_probes(config, &source, device, backend, &mut on_probe).await?;
         if let Some(path) = &args.init {
             let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
             trainer
@@ -429,7 +429,8 @@ async fn start(
         &source,
         device,
         backend,
-    )?;
+    )
+    .await?;
     println!(
         "resuming the run saved in {} at step {}",
         dir.display(),

@@ -152,6 +152,28 @@ pub fn exclusive_pages() -> bool {
     })
 }
 
+/// Gives `device`'s free pages back (cubecl's `memory_cleanup`), where the pool gives each
+/// allocation a page of its own ([`exclusive_pages`]) only once the device has run all the
+/// work queued before. In the page nothing else waits for it: cubecl on WebGPU queues work
+/// without bound (natively it waits every 512 tasks), and a page given back while queued
+/// work still reads it stays in the GPU process until that work has run, beside the new
+/// pages made in its place. Given back once a recomputed segment, SwiftShader's process
+/// grew to 12 GiB and crashed while the 12x768 GPT's probes counted under 1 GiB
+/// (docs/benchmarks.md, "the page's queue and its pages").
+pub async fn free_pages(device: &burn::prelude::Device) {
+    if exclusive_pages() {
+        drained(device).await;
+    }
+    device.memory_cleanup();
+}
+
+/// Waits until `device` has run everything queued before: a readback waits for the work
+/// ahead of it on the one, in-order, queue. A failed wait shows in the next readback.
+async fn drained(device: &burn::prelude::Device) {
+    let marker = burn::tensor::Tensor::<1>::zeros([1], device);
+    let _ = marker.into_data_async().await;
+}
+
 /// `f(input)`, allocating in `device`'s persistent pool (exact-size slices, reused by the
 /// next allocation of that size) where the pool otherwise gives each allocation a page of
 /// its own ([`exclusive_pages`]): there a tensor that outlives the step's activations (a

@@ -22,6 +22,7 @@ use crate::data::{Batch, DataSource, MemoryGauge};
 use crate::memory::calibration::{ProbedLevers, probe_ladder};
 use crate::memory::{Calibration, MemoryTracker, Probe, recomputed_inputs};
 use crate::model::Model;
+use crate::ops::backend::free_pages;
 
 /// Steps per probe: the second update runs with the optimizer state of the first alive,
 /// as every later step of the run does.
@@ -109,12 +110,12 @@ impl ProbeSetting<'_, '_> {
 /// calibrates the plan on probe steps, each reported to `report` as it starts and ends;
 /// returns it with the run's model, initialized from the config's seed and unchanged by
 /// the probes.
-pub fn probed_plan(
+pub async fn probed_plan(
     config: &TrainConfig,
     source: &DataSource,
     device: &Device,
     backend: &str,
-    report: ReportProbe,
+    report: ReportProbe<'_>,
 ) -> Result<(RunPlan, Model), TrainError> {
     let mut run_plan = plan::for_run(config, source, device, backend)?;
     // Seeded so the same config starts from the same weights.
@@ -135,10 +136,10 @@ pub fn probed_plan(
             .saturating_mul(config.effective_batch as u64),
         report: &report,
     };
-    let (mut model, calibration) = calibrate(model, &setting, device);
+    let (mut model, calibration) = calibrate(model, &setting, device).await;
     if let Some(calibration) = calibration {
         run_plan.plan.calibrate(calibration);
-        model = confirm(model, config, &mut run_plan, device, &report);
+        model = confirm(model, config, &mut run_plan, device, &report).await;
     }
     Ok((run_plan, model))
 }
@@ -151,12 +152,12 @@ pub fn probed_plan(
 /// to none, at a calibrated 123.7 MiB that no probe had measured; the 8x512 at batch 8
 /// under 256 MiB from the probed micro-batch 1 to 4 (calibrated 199.2 MiB, measured 212.1
 /// from step 2).
-fn confirm(
+async fn confirm(
     mut model: Model,
     config: &TrainConfig,
     run_plan: &mut RunPlan,
     device: &Device,
-    report: &RefCell<ReportProbe>,
+    report: &RefCell<ReportProbe<'_>>,
 ) -> Model {
     for _ in 0..CONFIRMATIONS {
         let Some(calibration) = run_plan.plan.calibration.clone() else {
@@ -196,9 +197,9 @@ fn confirm(
             accumulating,
             census_reserved,
         };
-        let (probed, peak) = probe(half_if(pure, model), &setting, rung, STEPS_PER_PROBE, device);
+        let (probed, peak) = probe(half_if(pure, model), &setting, rung, STEPS_PER_PROBE, device).await;
         model = full_if(pure, probed);
-        device.memory_cleanup();
+        free_pages(device).await;
         let Some(peak_reserved) = peak else {
             break;
         };
@@ -217,7 +218,11 @@ fn confirm(
 /// Runs the probes on `model` (on `device`, with autodiff) and sets them against the
 /// census; hands the model back unchanged. `None` where the backend reports no device
 /// pool (ndarray).
-fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, Option<Calibration>) {
+async fn calibrate(
+    model: Model,
+    setting: &ProbeSetting<'_, '_>,
+    device: &Device,
+) -> (Model, Option<Calibration>) {
     if device.memory_pool_usage().is_none() {
         return (model, None);
     }
@@ -252,7 +257,7 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
         accumulating,
         census_reserved: setting.plan.probe_census(ladder[0], accumulating, levers),
     };
-    let (mut model, _) = probe(model, setting, warm_up, 1, device);
+    let (mut model, _) = probe(model, setting, warm_up, 1, device).await;
     let mut probes: Vec<Probe> = Vec::new();
     for micro_batch in ladder.into_iter().chain(above) {
         // Rungs up to the target accumulate as the target does; one above it as it would.
@@ -274,7 +279,7 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
             accumulating,
             census_reserved,
         };
-        let (probed, peak) = probe(model, setting, rung, STEPS_PER_PROBE, device);
+        let (probed, peak) = probe(model, setting, rung, STEPS_PER_PROBE, device).await;
         model = probed;
         let Some(peak_reserved) = peak else {
             return (full_if(pure, model), None);
@@ -292,7 +297,7 @@ fn calibrate(model: Model, setting: &ProbeSetting, device: &Device) -> (Model, O
             break;
         }
     }
-    device.memory_cleanup();
+    free_pages(device).await;
     let calibration = Calibration::fit(probes).map(|c| c.probed_with(levers));
     (full_if(pure, model), calibration)
 }
@@ -360,9 +365,9 @@ struct Rung {
 }
 
 /// The peak reservation over `step_count` steps of `rung`, reported as it starts and ends.
-fn probe(
+async fn probe(
     model: Model,
-    setting: &ProbeSetting,
+    setting: &ProbeSetting<'_, '_>,
     rung: Rung,
     step_count: usize,
     device: &Device,
@@ -385,7 +390,7 @@ fn probe(
         seconds: 0.0,
     };
     (setting.report.borrow_mut())(&report);
-    let (model, peak) = probe_steps(model, setting, micro_batch, accumulating, step_count, device);
+    let (model, peak) = probe_steps(model, setting, micro_batch, accumulating, step_count, device).await;
     report.finished = true;
     report.peak_reserved = peak;
     report.seconds = started.elapsed().as_secs_f64();
@@ -395,16 +400,16 @@ fn probe(
 
 /// The peak reservation over `step_count` steps at `micro_batch`: two micro-batches a step
 /// when the run accumulates (its running sum alive), one otherwise.
-fn probe_steps(
+async fn probe_steps(
     mut model: Model,
-    setting: &ProbeSetting,
+    setting: &ProbeSetting<'_, '_>,
     micro_batch: usize,
     accumulating: bool,
     step_count: usize,
     device: &Device,
 ) -> (Model, Option<u64>) {
     // Each probe starts from the pages the model alone needs, as step 1 will.
-    device.memory_cleanup();
+    free_pages(device).await;
     let input = &setting.plan.input;
     let samples = micro_batch * micro_steps_per_probe_step(accumulating);
     // Zeros: the bytes a probe step holds do not depend on the values. Text is windows of
@@ -441,15 +446,17 @@ fn probe_steps(
         // left, which the run, starting from this rung's pools, does not.
         tracker.take_step_peak();
         if settle && step == 1 {
-            device.memory_cleanup();
+            free_pages(device).await;
         }
         // As the run steps: in f32 under checkpointing without accumulation, the update
         // runs inside backward.
         model = if in_backward {
             let update = |model, grads| optimizer.step(VANISHING_LEARNING_RATE, model, grads);
-            update_in_backward(model, &batch, steps, input, device, Some(&mut tracker), update).0
+            update_in_backward(model, &batch, steps, input, device, Some(&mut tracker), update)
+                .await
+                .0
         } else {
-            let step = accumulate_gradients(&model, &batch, steps, input, device, Some(&mut tracker));
+            let step = accumulate_gradients(&model, &batch, steps, input, device, Some(&mut tracker)).await;
             optimizer.step(VANISHING_LEARNING_RATE, model, step.grads)
         };
         tracker.sample();

@@ -13,7 +13,7 @@ use burn::prelude::*;
 
 use crate::memory::{Phase, is_recomputed_input};
 use crate::model::{Model, ModelInput};
-use crate::ops::backend::exclusive_pages;
+use crate::ops::backend::{exclusive_pages, free_pages};
 use crate::ops::vjp::vjp_seed;
 
 /// With `HEADROOM_SEGMENT_SYNC` set (natively), waits for the device after each segment,
@@ -41,11 +41,13 @@ fn settle(device: &Device) {
 /// Kept, they serve the next segment's tensors only where those fit them, and a tensor
 /// takes any free page large enough: the 12x768 GPT reserved 1009 MiB at step 2 with them
 /// kept, 1.6x what it had in use, against a census of 920 (docs/benchmarks.md, "the page's
-/// pool under checkpointing"). The sliced pools pack the next segment's tensors into the
+/// pool under checkpointing"). Once the device has run the segment ([`free_pages`]): in the
+/// page a page given back while queued work reads it is freed only after that work, beside
+/// the pages made in its place. The sliced pools pack the next segment's tensors into the
 /// same pages: nothing to release there.
-fn release_free_pages(device: &Device) {
+async fn release_free_pages(device: &Device) {
     if exclusive_pages() {
-        device.memory_cleanup();
+        free_pages(device).await;
     }
 }
 
@@ -71,7 +73,7 @@ pub struct Objective {
 /// Segments below the one just yielded are unchanged by then, so the ones still to be
 /// recomputed read the weights the forward pass read. `on_peak` is called where the
 /// activations peak. Returns the model and the loss, detached.
-pub fn backward_by_segments(
+pub async fn backward_by_segments(
     mut model: Model,
     dropped: u64,
     upload: impl Fn() -> ModelInput,
@@ -96,7 +98,7 @@ pub fn backward_by_segments(
     let Objective { loss, backward_from } = objective(output);
     let (updated, mut upstream) = backward(model, input, backward_from);
     model = updated;
-    release_free_pages(&loss.device());
+    release_free_pages(&loss.device()).await;
     for index in (0..last).rev() {
         let input = segment_input(&model, &mut inputs, index, &upload);
         let output = model.segment(index, input.clone());
@@ -108,7 +110,7 @@ pub fn backward_by_segments(
         let (updated, next) = backward(model, input, vjp_seed(output, gradient.autodiff()));
         (model, upstream) = (updated, next);
         settle(&device);
-        release_free_pages(&device);
+        release_free_pages(&device).await;
     }
     (model, loss.detach())
 }
@@ -166,8 +168,8 @@ mod tests {
     /// The planner counts, under checkpointing, one segment's gradients beside their sum, by
     /// the census's share of parameters per segment: each segment's backward must yield
     /// the gradients of exactly those (the stem's with segment 0).
-    #[test]
-    fn each_segment_yields_the_gradients_the_census_gives_it() {
+    #[tokio::test]
+    async fn each_segment_yields_the_gradients_the_census_gives_it() {
         let images = InputShape::images(8, 8, 3);
         let tokens = InputShape::tokens(7);
         let gpt = GptShape {
@@ -206,7 +208,8 @@ mod tests {
                     model
                 },
                 |_| {},
-            );
+            )
+            .await;
             yielded.reverse();
             let census: Vec<usize> = config
                 .census(&input)

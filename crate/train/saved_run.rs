@@ -213,7 +213,7 @@ pub async fn capture(
 /// A trainer and its progress as `checkpoint` left them, on `device`. `adjust` may change
 /// what does not alter the math: the duration (to train on past the planned end; the
 /// learning-rate schedule stretches to the new end), evaluation, calibration.
-pub fn restore(
+pub async fn restore(
     checkpoint: &Checkpoint,
     adjust: impl FnOnce(&mut TrainConfig),
     source: &DataSource,
@@ -236,7 +236,7 @@ pub fn restore(
         cap: None,
         ..config.clone()
     };
-    let mut trainer = Trainer::new(planning, source, device, backend)?;
+    let mut trainer = Trainer::new(planning, source, device, backend).await?;
     trainer.config = config;
     let fresh = trainer.model.take().expect("a new trainer holds its model");
     let loaded = checkpoint.load_model(fresh)?;

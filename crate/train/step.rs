@@ -73,7 +73,7 @@ impl MicroSteps {
 ///
 /// `tracker` is sampled where the activations peak: after each forward pass (each
 /// recomputed segment's, with recomputation) and after each backward pass.
-pub fn accumulate_gradients(
+pub async fn accumulate_gradients(
     model: &Model,
     batch: &Batch,
     steps: MicroSteps,
@@ -117,7 +117,8 @@ pub fn accumulate_gradients(
                 objective,
                 summed,
                 &mut sample,
-            );
+            )
+            .await;
             loss
         } else {
             let Objective { loss, backward_from } = objective(forward_model.forward(upload()));
@@ -201,7 +202,7 @@ fn objective(
 /// [`accumulate_gradients`] gives and each parameter's update reads only its own, so the
 /// model comes out as the two-phase step's, bit for bit (tested). Returns the updated
 /// model and the loss, still on the device.
-pub fn update_in_backward(
+pub async fn update_in_backward(
     model: Model,
     batch: &Batch,
     steps: MicroSteps,
@@ -226,7 +227,8 @@ pub fn update_in_backward(
         objective,
         update,
         &mut sample,
-    );
+    )
+    .await;
     sample(Phase::Backward);
     (model, loss)
 }
@@ -253,8 +255,8 @@ mod tests {
     /// of the two-phase step (gradients, then the update). An update that changed a
     /// segment before the segments below it were recomputed, or that read another
     /// segment's gradients, would not.
-    #[test]
-    fn the_update_in_backward_equals_the_two_phase_step_bit_for_bit() {
+    #[tokio::test]
+    async fn the_update_in_backward_equals_the_two_phase_step_bit_for_bit() {
         let device = Device::flex().autodiff();
         let images = InputShape::images(8, 8, 4);
         let tokens = InputShape::tokens(7);
@@ -296,11 +298,12 @@ mod tests {
                 let mut ours = Optimizer::new(&optimizer, moments);
                 for step in 0..3 {
                     let batch = batch(step);
-                    let gradients = accumulate_gradients(&two_phase, &batch, steps, &input, &device, None);
+                    let gradients =
+                        accumulate_gradients(&two_phase, &batch, steps, &input, &device, None).await;
                     two_phase = theirs.step(1e-2, two_phase, gradients.grads);
                     let update = |model, grads| ours.step(1e-2, model, grads);
                     let (model, loss) =
-                        update_in_backward(fused, &batch, steps, &input, &device, None, update);
+                        update_in_backward(fused, &batch, steps, &input, &device, None, update).await;
                     fused = model;
                     let bits = |loss: Tensor<1>| loss.into_scalar::<f32>().to_bits();
                     assert_eq!(

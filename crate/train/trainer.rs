@@ -90,25 +90,25 @@ fn planned_enforcement(config: &TrainConfig, plan: &Plan, chosen: &Candidate) ->
 }
 
 impl Trainer {
-    pub fn new(
+    pub async fn new(
         config: TrainConfig,
         source: &DataSource,
         device: Device,
         backend: &str,
     ) -> Result<Self, TrainError> {
-        Self::reporting_probes(config, source, device, backend, &mut |_| {})
+        Self::reporting_probes(config, source, device, backend, &mut |_| {}).await
     }
 
     /// [`Trainer::new`], each probe step reported to `report` as it starts and ends.
-    pub fn reporting_probes(
+    pub async fn reporting_probes(
         mut config: TrainConfig,
         source: &DataSource,
         device: Device,
         backend: &str,
-        report: ReportProbe,
+        report: ReportProbe<'_>,
     ) -> Result<Self, TrainError> {
         let train_device = device.clone().autodiff();
-        let (run_plan, model) = probed_plan(&config, source, &train_device, backend, report)?;
+        let (run_plan, model) = probed_plan(&config, source, &train_device, backend, report).await?;
         let input = run_plan.input;
         let precision_note = run_plan.precision_note.clone();
         let levers_reason = super::advice::pick_reason(&run_plan);
@@ -296,7 +296,8 @@ impl Trainer {
                 &self.train_device,
                 Some(&mut self.tracker),
                 |model, grads| optimizer.step(learning_rate, model, grads),
-            );
+            )
+            .await;
             self.model = Some(model);
             let loss = loss.into_scalar_async().await.map_err(readback)?;
             return self.end_step(started, batch, learning_rate, loss, loss_scale, false);
@@ -308,7 +309,8 @@ impl Trainer {
             &self.input,
             &self.train_device,
             Some(&mut self.tracker),
-        );
+        )
+        .await;
         let (loss, skipped) = match self.scaler.as_mut() {
             None => {
                 // Queue the update before waiting for the loss: the device works meanwhile.

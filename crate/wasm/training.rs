@@ -219,6 +219,7 @@ impl Training {
                 acquired.backend,
                 &mut report,
             )
+            .await
             .map_err(train_error_to_js)?;
             if let Some(bytes) = init {
                 trainer.load_weights(&bytes).map_err(train_error_to_js)?;
@@ -242,6 +243,7 @@ impl Training {
                 .map_err(data_error_to_js)?;
             let (trainer, progress) =
                 saved_run::restore(&saved, |_| {}, &source, acquired.device.clone(), acquired.backend)
+                    .await
                     .map_err(train_error_to_js)?;
             Ok(Training::new(trainer, progress, source, acquired).into())
         })

@@ -192,7 +192,7 @@ pub async fn step_bytes(model: ModelConfig, micro_batch: usize, recompute: bool)
         recompute,
         ..MicroSteps::f32(micro_batch)
     };
-    let step = accumulate_gradients(&model, &batch, steps, &input, &train_device, Some(&mut tracker));
+    let step = accumulate_gradients(&model, &batch, steps, &input, &train_device, Some(&mut tracker)).await;
     let peak = tracker.take_step_peak().gpu_bytes_in_use.unwrap();
     drop(step);
     peak - before

@@ -6,11 +6,13 @@
 //   node web/bench/ladder.mjs [--runs 64:4x128,256:8x512,1024:12x768] [--steps 20]
 //                             [--batch 8] [--context 256] [--timeout-min 600] [--plan-only]
 //                             [--fix checkpointing=on,moments=8bit,micro-batch=8] [--probes]
+//                             [--progress-min 5]
 // (after web/scripts/build-wasm and cargo build --bin headroom; HEADROOM_BIN names another).
 // A run is CAP_MIB:LAYERSxWIDTH, with as many heads as layers (nanoGPT's shapes).
 // --plan-only prints the page's plan line for each (the census, in seconds) and trains nothing.
 // --fix sets form fields by id (a lever fixed by hand stays fixed); --probes prints each probe
 // step's census against the reservation it measured, to check the census in the page.
+// Every --progress-min minutes a line on stderr says how far the rung got.
 import { parseArgs } from "node:util";
 import { countedBytes, describeLevers, formatBytes, fromMiB } from "../page/format.js";
 import { launchChromium, openPlayground, serve, setRun } from "./harness.mjs";
@@ -25,6 +27,7 @@ const { values: options } = parseArgs({
     "plan-only": { type: "boolean", default: false },
     fix: { type: "string", default: "" },
     probes: { type: "boolean", default: false },
+    "progress-min": { type: "string", default: "5" },
   },
 });
 
@@ -33,6 +36,37 @@ function parseRun(text) {
   if (!match) throw new Error(`a run is CAP_MIB:LAYERSxWIDTH, like 256:8x512; got ${JSON.stringify(text)}`);
   const [, cap, layers, width] = match.map(Number);
   return { cap, layers, width, name: `${layers}x${width} under ${cap} MiB` };
+}
+
+// A rung can take hours on SwiftShader: say on stderr, every few minutes, how far it got.
+async function waitWithProgress(page, run, started) {
+  const deadline = started + Number(options["timeout-min"]) * 60000;
+  for (;;) {
+    // A failed run ends, and its fresh worker makes the page ready again within a poll.
+    const done = () => ["ended", "ready"].includes(playground.state);
+    const wait = { timeout: Number(options["progress-min"]) * 60000, polling: 5000 };
+    const ended = await page.waitForFunction(done, null, wait).then(() => true, () => false);
+    if (ended) return;
+    if (Date.now() > deadline) {
+      // Its row says where it stopped.
+      console.error(`${run.name}: not ended in ${options["timeout-min"]} min`);
+      return;
+    }
+    const { probes, steps, loss, state, status } = await page.evaluate(() => {
+      const entries = playground.log.entries();
+      const steps = entries.filter((entry) => entry.event === "step");
+      return {
+        probes: entries.filter((entry) => entry.event === "probe" && entry.finished).length,
+        steps: steps.length,
+        loss: steps.at(-1)?.loss,
+        state: playground.state,
+        status: document.getElementById("status").textContent,
+      };
+    });
+    const minutes = ((Date.now() - started) / 60000).toFixed(1);
+    const last = loss === undefined ? "" : `, loss ${loss.toFixed(3)}`;
+    console.error(`${run.name}: ${minutes} min, ${probes} probe(s), ${steps} of ${options.steps} steps${last}; ${state}: ${status}`);
+  }
 }
 
 async function train(server, run) {
@@ -58,7 +92,7 @@ async function train(server, run) {
     if (options["plan-only"]) return { run, outcome: plan };
     const started = Date.now();
     await page.click("#start");
-    await page.waitForFunction(() => playground.state === "ended", null, { timeout: Number(options["timeout-min"]) * 60000, polling: 5000 });
+    await waitWithProgress(page, run, started);
     const log = await page.evaluate(() => playground.log.entries());
     const steps = log.filter((entry) => entry.event === "step");
     if (options.probes) {
