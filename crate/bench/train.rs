@@ -252,7 +252,10 @@ fn from_rungs_below(started: &Value, census: u64) -> Option<u64> {
     let pick = started["micro_batch"].as_u64()? as usize;
     let probes: Vec<Probe> = serde_json::from_value(started["calibration"]["probes"].clone()).ok()?;
     let below = Calibration::fit(probes.into_iter().filter(|p| p.micro_batch < pick).collect())?;
-    Some(below.device_bytes(pick, census))
+    let accumulating = started["accumulation_steps"]
+        .as_u64()
+        .is_some_and(|steps| steps > 1);
+    Some(below.device_bytes(pick, accumulating, census))
 }
 
 pub(super) fn flags(list: &[&str]) -> Vec<String> {

@@ -19,6 +19,13 @@ use crate::settings::{Moments, Precision};
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Probe {
     pub micro_batch: usize,
+    /// Whether the probe summed its gradients over two micro-batches, as a run that
+    /// accumulates does. A one-pass probe's measurement is not an accumulating setting's,
+    /// which holds the sums: the 8x512 GPT with the page's pool reserved 217.8 MiB at
+    /// micro-batch 4 in one pass, and 268.2 at 4 x 2, which ran on the first figure and
+    /// passed a 256 MiB cap at step 1. Runs saved before read false.
+    #[serde(default)]
+    pub accumulating: bool,
     pub peak_reserved: u64,
     pub census_reserved: u64,
     /// The levers of a probe that confirmed a pick made on the others' figures, where
@@ -72,20 +79,36 @@ impl Calibration {
     /// moments at the same micro-batch gets its census corrected by the excess of the
     /// nearest probe that ran its levers, else of the calibration's own (mostly the
     /// allocator's pages, which the other levers keep).
-    pub fn device_bytes_with(&self, micro_batch: usize, census_reserved: u64, levers: ProbedLevers) -> u64 {
-        let own = nearest(self.probes.iter().filter(|p| self.ran(p, levers)), micro_batch);
-        match own {
-            Some(probe) if probe.micro_batch == micro_batch => probe.peak_reserved,
-            Some(probe) => census_reserved.saturating_add_signed(probe.excess()),
-            None => census_reserved.saturating_add_signed(self.nearest(micro_batch).excess()),
+    pub fn device_bytes_with(
+        &self,
+        micro_batch: usize,
+        accumulating: bool,
+        census_reserved: u64,
+        levers: ProbedLevers,
+    ) -> u64 {
+        if let Some(probe) = self.exact(micro_batch, accumulating, Some(levers)) {
+            return probe.peak_reserved;
         }
+        let own = nearest(self.probes.iter().filter(|p| self.ran(p, levers)), micro_batch);
+        let nearest = own.unwrap_or_else(|| self.nearest(micro_batch));
+        census_reserved.saturating_add_signed(nearest.excess())
     }
 
-    /// Whether a probe ran this micro-batch with these levers.
-    pub fn measured(&self, micro_batch: usize, levers: ProbedLevers) -> bool {
-        self.probes
-            .iter()
-            .any(|p| p.micro_batch == micro_batch && self.ran(p, levers))
+    /// Whether a probe ran this micro-batch, accumulating or not, with these levers.
+    pub fn measured(&self, micro_batch: usize, accumulating: bool, levers: ProbedLevers) -> bool {
+        self.exact(micro_batch, accumulating, Some(levers)).is_some()
+    }
+
+    /// A probe that ran this micro-batch, accumulating or not, with these levers (`None`:
+    /// the calibration's own probes).
+    fn exact(&self, micro_batch: usize, accumulating: bool, levers: Option<ProbedLevers>) -> Option<&Probe> {
+        self.probes.iter().find(|p| {
+            let same_levers = match levers {
+                Some(levers) => self.ran(p, levers),
+                None => p.levers.is_none(),
+            };
+            p.micro_batch == micro_batch && p.accumulating == accumulating && same_levers
+        })
     }
 
     /// Whether any probe ran with these levers.
@@ -104,15 +127,14 @@ impl Calibration {
             .expect("a calibration holds a probe of its own")
     }
 
-    /// The device reservation expected at `micro_batch`, which the census puts at
-    /// `census_reserved`: the probe's measurement where one ran at that micro-batch, else
-    /// the census corrected by the excess of the probe nearest in micro-batch (the larger
-    /// excess between two as near).
-    pub fn device_bytes(&self, micro_batch: usize, census_reserved: u64) -> u64 {
-        let nearest = self.nearest(micro_batch);
-        match nearest.micro_batch == micro_batch {
-            true => nearest.peak_reserved,
-            false => census_reserved.saturating_add_signed(nearest.excess()),
+    /// The device reservation expected at `micro_batch`, accumulating or not, which the
+    /// census puts at `census_reserved`: the probe's measurement where one ran that
+    /// setting, else the census corrected by the excess of the probe nearest in
+    /// micro-batch (the larger excess between two as near).
+    pub fn device_bytes(&self, micro_batch: usize, accumulating: bool, census_reserved: u64) -> u64 {
+        match self.exact(micro_batch, accumulating, None) {
+            Some(probe) => probe.peak_reserved,
+            None => census_reserved.saturating_add_signed(self.nearest(micro_batch).excess()),
         }
     }
 }
@@ -142,6 +164,7 @@ mod tests {
     fn probe(micro_batch: usize, peak: u64, census: u64) -> Probe {
         Probe {
             micro_batch,
+            accumulating: false,
             peak_reserved: peak * MIB,
             census_reserved: census * MIB,
             levers: None,
@@ -151,16 +174,45 @@ mod tests {
     #[test]
     fn a_probed_micro_batch_is_measured_and_the_others_corrected_by_the_nearest_probe() {
         let probes = Calibration::fit(vec![probe(64, 100, 90), probe(128, 150, 145)]).unwrap();
-        assert_eq!(probes.device_bytes(128, 145 * MIB), 150 * MIB);
-        assert_eq!(probes.device_bytes(32, 60 * MIB), 70 * MIB);
-        assert_eq!(probes.device_bytes(256, 300 * MIB), 305 * MIB);
+        assert_eq!(probes.device_bytes(128, false, 145 * MIB), 150 * MIB);
+        assert_eq!(probes.device_bytes(32, false, 60 * MIB), 70 * MIB);
+        assert_eq!(probes.device_bytes(256, false, 300 * MIB), 305 * MIB);
         // Halfway: the larger excess.
-        assert_eq!(probes.device_bytes(96, 120 * MIB), 130 * MIB);
+        assert_eq!(probes.device_bytes(96, false, 120 * MIB), 130 * MIB);
         // A census above every measurement is lowered, never below zero.
         let over = Calibration::fit(vec![probe(8, 40, 50)]).unwrap();
-        assert_eq!(over.device_bytes(4, 30 * MIB), 20 * MIB);
-        assert_eq!(over.device_bytes(2, MIB), 0);
+        assert_eq!(over.device_bytes(4, false, 30 * MIB), 20 * MIB);
+        assert_eq!(over.device_bytes(2, false, MIB), 0);
         assert!(Calibration::fit(vec![]).is_none());
+    }
+
+    /// A one-pass probe's measurement is not that of the same micro-batch accumulated, which
+    /// holds the gradient sums: that setting gets its census corrected by the probe's excess.
+    #[test]
+    fn a_one_pass_probe_corrects_the_accumulating_setting_and_does_not_measure_it() {
+        let levers = ProbedLevers::default();
+        let calibration = Calibration::fit(vec![probe(4, 218, 297)])
+            .unwrap()
+            .probed_with(levers);
+        assert_eq!(calibration.device_bytes(4, false, 297 * MIB), 218 * MIB);
+        assert_eq!(calibration.device_bytes(4, true, 357 * MIB), 278 * MIB);
+        assert_eq!(
+            calibration.device_bytes_with(4, true, 357 * MIB, levers),
+            278 * MIB
+        );
+        assert!(calibration.measured(4, false, levers) && !calibration.measured(4, true, levers));
+        let accumulated = Probe {
+            accumulating: true,
+            ..probe(4, 268, 357)
+        };
+        let mut both = calibration;
+        both.probes.push(accumulated);
+        assert_eq!(both.device_bytes_with(4, true, 357 * MIB, levers), 268 * MIB);
+        assert_eq!(both.device_bytes(4, false, 297 * MIB), 218 * MIB);
+        // Saved before: one pass.
+        let saved: Probe =
+            serde_json::from_str(r#"{"micro_batch":1,"peak_reserved":5,"census_reserved":6}"#).unwrap();
+        assert!(!saved.accumulating);
     }
 
     /// The f16 probe's measurement is not the f32 setting's: under a cap that left the
@@ -177,16 +229,16 @@ mod tests {
         let probed = Calibration::fit(vec![probe(1, 40, 41)])
             .unwrap()
             .probed_with(half);
-        assert_eq!(probed.device_bytes_with(1, 41 * MIB, half), 40 * MIB);
+        assert_eq!(probed.device_bytes_with(1, false, 41 * MIB, half), 40 * MIB);
         let full = levers(Precision::F32, false, Moments::F32);
-        assert_eq!(probed.device_bytes_with(1, 55 * MIB, full), 54 * MIB);
+        assert_eq!(probed.device_bytes_with(1, false, 55 * MIB, full), 54 * MIB);
         let recomputed = levers(Precision::F16, true, Moments::F32);
-        assert_eq!(probed.device_bytes_with(1, 30 * MIB, recomputed), 29 * MIB);
+        assert_eq!(probed.device_bytes_with(1, false, 30 * MIB, recomputed), 29 * MIB);
         let eight_bit = levers(Precision::F16, false, Moments::Q8);
-        assert_eq!(probed.device_bytes_with(1, 33 * MIB, eight_bit), 32 * MIB);
+        assert_eq!(probed.device_bytes_with(1, false, 33 * MIB, eight_bit), 32 * MIB);
         // Unrecorded (a run saved before): as before.
         let unrecorded = Calibration::fit(vec![probe(1, 40, 41)]).unwrap();
-        assert_eq!(unrecorded.device_bytes_with(1, 55 * MIB, full), 40 * MIB);
+        assert_eq!(unrecorded.device_bytes_with(1, false, 55 * MIB, full), 40 * MIB);
         // Recorded before 8-bit moments: f32 moments.
         let saved: ProbedLevers =
             serde_json::from_str(r#"{"precision":"f16","checkpointing":false}"#).unwrap();
@@ -206,32 +258,37 @@ mod tests {
         let mut calibration = Calibration::fit(vec![probe(1, 100, 150)])
             .unwrap()
             .probed_with(levers(true));
-        assert!(!calibration.measured(1, levers(false)));
+        assert!(!calibration.measured(1, false, levers(false)));
         assert_eq!(
-            calibration.device_bytes_with(1, 151 * MIB, levers(false)),
+            calibration.device_bytes_with(1, false, 151 * MIB, levers(false)),
             101 * MIB
         );
         calibration.probes.push(Probe {
             levers: Some(levers(false)),
             ..probe(1, 88, 151)
         });
-        assert!(calibration.measured(1, levers(false)) && calibration.measured(1, levers(true)));
-        assert!(!calibration.measured(4, levers(false)));
+        assert!(
+            calibration.measured(1, false, levers(false)) && calibration.measured(1, false, levers(true))
+        );
+        assert!(!calibration.measured(4, false, levers(false)));
         assert_eq!(
-            calibration.device_bytes_with(1, 151 * MIB, levers(false)),
+            calibration.device_bytes_with(1, false, 151 * MIB, levers(false)),
             88 * MIB
         );
         assert_eq!(
-            calibration.device_bytes_with(4, 200 * MIB, levers(false)),
+            calibration.device_bytes_with(4, false, 200 * MIB, levers(false)),
             137 * MIB
         );
         assert_eq!(
-            calibration.device_bytes_with(4, 180 * MIB, levers(true)),
+            calibration.device_bytes_with(4, false, 180 * MIB, levers(true)),
             130 * MIB
         );
         let plain = ProbedLevers::default();
-        assert_eq!(calibration.device_bytes_with(1, 160 * MIB, plain), 110 * MIB);
-        assert_eq!(calibration.device_bytes(2, 180 * MIB), 130 * MIB);
+        assert_eq!(
+            calibration.device_bytes_with(1, false, 160 * MIB, plain),
+            110 * MIB
+        );
+        assert_eq!(calibration.device_bytes(2, false, 180 * MIB), 130 * MIB);
         // Saved before confirmations: no `levers` on a probe.
         let saved: Probe =
             serde_json::from_str(r#"{"micro_batch":1,"peak_reserved":5,"census_reserved":6}"#).unwrap();

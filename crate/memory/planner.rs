@@ -236,7 +236,9 @@ impl Plan {
     pub fn calibrate(&mut self, calibration: Calibration) {
         for c in &mut self.candidates {
             let device = c.breakdown.device();
-            let peak = calibration.device_bytes_with(c.micro_batch, device, c.levers()) + c.breakdown.data;
+            let accumulating = c.accumulation_steps > 1;
+            let peak = calibration.device_bytes_with(c.micro_batch, accumulating, device, c.levers())
+                + c.breakdown.data;
             c.calibrated_peak = Some(peak);
             c.fits = enforcer::within_limit(self.cap, peak);
         }
@@ -793,6 +795,7 @@ mod tests {
         let census = |c: &Candidate| c.breakdown.device();
         let over = |micro_batch: usize, levers: Option<ProbedLevers>, census_reserved: u64, by: u64| Probe {
             micro_batch,
+            accumulating: false,
             peak_reserved: census_reserved + by,
             census_reserved,
             levers,

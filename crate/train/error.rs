@@ -76,8 +76,9 @@ pub struct RefusedSetting {
     pub peak_bytes: u64,
     pub device_bytes: u64,
     pub data_bytes: u64,
-    /// Smaller micro-batches need more, as the device allocator rounds their tensors into
-    /// pages.
+    /// Smaller micro-batches need more: accumulating keeps a sum of every gradient (where
+    /// one pass updates inside backward), or the device allocator rounds their tensors
+    /// into pages.
     pub smaller_micro_batches_need_more: bool,
 }
 
@@ -141,7 +142,8 @@ impl std::fmt::Display for Refusal {
         )?;
         if setting.smaller_micro_batches_need_more {
             f.write_str(
-                "; smaller micro-batches need more here, as the device allocator rounds their tensors into pages",
+                "; smaller micro-batches need more here: they accumulate, which keeps a sum of every \
+                 gradient, or the device allocator rounds their tensors into pages",
             )?;
         }
         f.write_str("). ")?;

@@ -177,10 +177,10 @@ async fn confirm(
             break;
         };
         let (micro_batch, levers) = (next.micro_batch, next.levers());
-        if calibration.measured(micro_batch, levers) {
+        let accumulating = micro_batch < config.effective_batch;
+        if calibration.measured(micro_batch, accumulating, levers) {
             break;
         }
-        let accumulating = micro_batch < config.effective_batch;
         let setting = ProbeSetting {
             config,
             plan: run_plan,
@@ -206,6 +206,7 @@ async fn confirm(
         let mut calibration = calibration;
         calibration.probes.push(Probe {
             micro_batch,
+            accumulating,
             peak_reserved,
             census_reserved,
             levers: Some(levers),
@@ -269,7 +270,7 @@ async fn calibrate(
         // The first rung, a quarter of the target, always runs: a step that small is what
         // the run itself would try first under a cap that fits nothing better.
         if let Some(so_far) = Calibration::fit(probes.clone())
-            && !setting.may_probe(so_far.device_bytes(micro_batch, census_reserved))
+            && !setting.may_probe(so_far.device_bytes(micro_batch, accumulating, census_reserved))
         {
             break;
         }
@@ -286,6 +287,7 @@ async fn calibrate(
         };
         probes.push(Probe {
             micro_batch,
+            accumulating,
             peak_reserved,
             census_reserved,
             levers: None,

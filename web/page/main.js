@@ -190,7 +190,7 @@ function describeRefusal(refusal) {
   const s = refusal.setting;
   const data = describeData(s.data);
   const pages = s.smaller_micro_batches_need_more
-    ? "; smaller micro-batches need more here, as the device allocator rounds their tensors into pages"
+    ? "; smaller micro-batches need more here: they accumulate, which keeps a sum of every gradient, or the device allocator rounds their tensors into pages"
     : "";
   const setting = `micro-batch ${s.micro_batch}, ${data}: a peak of ${formatBytes(s.peak_bytes)} (device ${formatBytes(s.device_bytes)}, data ${formatBytes(s.data_bytes)}) and the enforcer's 10% headroom${pages}`;
   const fitting = refusal.levers.filter((l) => l.needed_bytes <= refusal.cap_bytes);
