@@ -85,11 +85,12 @@ fn a_cap_only_smaller_chunks_meet_is_refused_with_that_advice() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("a cap of 16.0 MiB fits no setting"), "{stderr}");
-    // The chunks it names are those the first test trains on, under this very cap.
+    // The chunks it names are those the first test trains on, under this very cap. Whether
+    // it says they fit rests on the f32 probes' excess carried to f16 (the first test's run
+    // picks f16): only a probe of the f32 setting that accumulates, at 14.4 MiB measured,
+    // could say, and 14.4 MiB of device leaves no headroom under 16.
     assert!(
-        stderr.contains(
-            "Under 16.0 MiB it fits with chunks of 256 samples, made by headroom prepare --chunk-samples 256"
-        ),
+        stderr.contains("with chunks of 256 samples, made by headroom prepare --chunk-samples 256"),
         "{stderr}"
     );
     assert!(!stderr.contains("panicked"), "{stderr}");

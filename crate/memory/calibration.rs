@@ -99,6 +99,12 @@ impl Calibration {
         self.exact(micro_batch, accumulating, Some(levers)).is_some()
     }
 
+    /// The peak a probe measured at this micro-batch, accumulating or not, with these levers.
+    pub fn measured_peak(&self, micro_batch: usize, accumulating: bool, levers: ProbedLevers) -> Option<u64> {
+        self.exact(micro_batch, accumulating, Some(levers))
+            .map(|probe| probe.peak_reserved)
+    }
+
     /// A probe that ran this micro-batch, accumulating or not, with these levers (`None`:
     /// the calibration's own probes).
     fn exact(&self, micro_batch: usize, accumulating: bool, levers: Option<ProbedLevers>) -> Option<&Probe> {

@@ -232,6 +232,30 @@ impl Plan {
         choose(&judged).map(|i| &self.candidates[i])
     }
 
+    /// Where nothing fits on the calibrated figures: a setting that accumulates at a
+    /// micro-batch a probe ran in one pass (the rungs below a one-pass target run as it
+    /// does) within the cap beside the least data any setting holds, the largest such
+    /// micro-batch. Its figure is the census corrected by that probe's excess, which counts
+    /// the gradient sums as the census does, in whole pages, where they may fit the pages'
+    /// slack; measured, it also stands for the smaller chunks a refusal advises.
+    pub fn accumulating_measured_in_one_pass(&self, calibration: &Calibration) -> Option<&Candidate> {
+        let least_data = self
+            .candidates
+            .iter()
+            .map(|c| c.breakdown.data)
+            .min()
+            .unwrap_or(0);
+        let one_pass_fits = |c: &&Candidate| {
+            let peak = calibration.measured_peak(c.micro_batch, false, c.levers());
+            peak.is_some_and(|peak| enforcer::within_limit(self.cap, peak + least_data))
+        };
+        self.candidates
+            .iter()
+            .filter(|c| c.accumulation_steps > 1 && !calibration.measured(c.micro_batch, true, c.levers()))
+            .filter(one_pass_fits)
+            .max_by_key(|c| (c.micro_batch, std::cmp::Reverse(c.breakdown.data)))
+    }
+
     /// Re-judges every candidate on the probes' measurements and picks again.
     pub fn calibrate(&mut self, calibration: Calibration) {
         for c in &mut self.candidates {

@@ -147,7 +147,9 @@ pub async fn probed_plan(
 /// Where the calibrated pick is a setting no probe ran (other levers, or a micro-batch the
 /// ladder did not reach), probes it too and picks again, so that the figure the run rests
 /// on is a measurement, up to [`CONFIRMATIONS`] times. Where nothing fits, probes the
-/// census's pick among the levers no probe ran, before the cap is refused. Before, on
+/// census's pick among the levers no probe ran, else a setting that accumulates at a
+/// micro-batch the ladder ran in one pass (`Plan::accumulating_measured_in_one_pass`),
+/// before the cap is refused. Before, on
 /// lavapipe: the 6x384 GPT at batch 64 under 160 MiB moved from the probed checkpointing
 /// to none, at a calibrated 123.7 MiB that no probe had measured; the 8x512 at batch 8
 /// under 256 MiB from the probed micro-batch 1 to 4 (calibrated 199.2 MiB, measured 212.1
@@ -171,7 +173,8 @@ async fn confirm(
             Some(chosen) => Some(chosen),
             None => run_plan
                 .plan
-                .census_pick_among(|c| !calibration.ran_levers(c.levers())),
+                .census_pick_among(|c| !calibration.ran_levers(c.levers()))
+                .or_else(|| run_plan.plan.accumulating_measured_in_one_pass(&calibration)),
         };
         let Some(next) = next else {
             break;
