@@ -803,6 +803,49 @@ mod tests {
         assert_eq!(pick.accumulation_steps * pick.micro_batch, 256);
     }
 
+    /// The setting to probe where nothing fits on corrected figures: the largest micro-batch
+    /// a one-pass probe measured within the cap, as the run would take it, accumulating;
+    /// none once that is measured too, or where the one-pass probe is over the cap.
+    #[test]
+    fn an_accumulating_setting_measured_only_in_one_pass_is_the_one_to_probe() {
+        let r = request(PoolModel::Host);
+        let plain = plan(&r, None).chosen().unwrap().peak();
+        let capped = plan(&r, Some(enforcer::cap_for(plain)));
+        let levers = ProbedLevers::default();
+        let largest = capped
+            .candidates
+            .iter()
+            .filter(|c| c.accumulation_steps > 1 && c.levers() == levers)
+            .map(|c| c.micro_batch)
+            .max()
+            .expect("an accumulating setting");
+        let one_pass = Probe {
+            micro_batch: largest,
+            accumulating: false,
+            peak_reserved: 1 << 20,
+            census_reserved: 1 << 20,
+            levers: None,
+        };
+        let calibration = Calibration::fit(vec![one_pass]).unwrap().probed_with(levers);
+        let next = capped
+            .accumulating_measured_in_one_pass(&calibration)
+            .expect("the one-pass probe fits");
+        assert_eq!((next.micro_batch, next.levers()), (largest, levers));
+        assert!(next.accumulation_steps > 1);
+        let mut measured = calibration;
+        measured.probes.push(Probe {
+            accumulating: true,
+            ..one_pass
+        });
+        assert!(capped.accumulating_measured_in_one_pass(&measured).is_none());
+        let over = Probe {
+            peak_reserved: capped.cap.unwrap(),
+            ..one_pass
+        };
+        let over = Calibration::fit(vec![over]).unwrap().probed_with(levers);
+        assert!(capped.accumulating_measured_in_one_pass(&over).is_none());
+    }
+
     /// Where the probes of one lever put every setting over the cap, the others rest on
     /// that lever's excess: the census names the setting of another lever to probe before
     /// the cap is refused (probe.rs's `confirm`), and once measured it is picked.
