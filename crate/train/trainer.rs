@@ -23,6 +23,7 @@ use crate::memory::{
 };
 use crate::model::generate::{SampleSettings, generate};
 use crate::model::{InputShape, Model};
+use crate::ops::backend::free_pages;
 
 /// Steps a loss scale of 1 may still overflow in a row before the run counts as diverged.
 const MAX_SKIPPED_IN_A_ROW: u32 = 30;
@@ -217,7 +218,7 @@ impl Trainer {
     }
 
     /// Shrinks the micro-batch when the step's peak came too close to the cap.
-    fn enforce(&mut self, memory: &MemorySample) -> Result<Option<Enforcement>, TrainError> {
+    async fn enforce(&mut self, memory: &MemorySample) -> Result<Option<Enforcement>, TrainError> {
         let (Some(enforcer), Some(peak)) = (self.enforcer.as_mut(), capped_bytes(memory)) else {
             return Ok(None);
         };
@@ -230,8 +231,9 @@ impl Trainer {
             }),
             Verdict::Shrink(smaller) => {
                 let cap = enforcer.cap;
-                // Cached pages of the larger shapes would otherwise stay reserved.
-                self.device.memory_cleanup();
+                // Cached pages of the larger shapes would otherwise stay reserved. In the
+                // page the update may still be queued on them (after the f16 loss's read).
+                free_pages(&self.device).await;
                 let enforcement = Enforcement {
                     step: self.step,
                     from_micro_batch: self.micro_batch,
@@ -300,7 +302,9 @@ impl Trainer {
             .await;
             self.model = Some(model);
             let loss = loss.into_scalar_async().await.map_err(readback)?;
-            return self.end_step(started, batch, learning_rate, loss, loss_scale, false);
+            return self
+                .end_step(started, batch, learning_rate, loss, loss_scale, false)
+                .await;
         }
         let step = accumulate_gradients(
             &model,
@@ -348,11 +352,12 @@ impl Trainer {
             }
         };
         self.end_step(started, batch, learning_rate, loss, loss_scale, skipped)
+            .await
     }
 
     /// The step's bookkeeping once its update is made (or skipped): divergence, memory,
     /// the enforcer, and the record.
-    fn end_step(
+    async fn end_step(
         &mut self,
         started: Instant,
         batch: &Batch,
@@ -376,7 +381,7 @@ impl Trainer {
         let micro_batch = self.micro_batch;
         self.step += 1;
         self.samples_seen += batch.len() as u64;
-        let enforcement = self.enforce(&memory)?;
+        let enforcement = self.enforce(&memory).await?;
         Ok(StepRecord {
             step: self.step,
             epoch: self.epoch,
