@@ -188,6 +188,11 @@ impl Candidate {
             moments: self.moments,
         }
     }
+
+    /// Whether it sums gradients over more than one micro-batch a step.
+    pub fn accumulates(&self) -> bool {
+        self.accumulation_steps > 1
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -251,7 +256,7 @@ impl Plan {
         };
         self.candidates
             .iter()
-            .filter(|c| c.accumulation_steps > 1 && !calibration.measured(c.micro_batch, true, c.levers()))
+            .filter(|c| c.accumulates() && !calibration.measured(c.micro_batch, true, c.levers()))
             .filter(one_pass_fits)
             .max_by_key(|c| (c.micro_batch, std::cmp::Reverse(c.breakdown.data)))
     }
@@ -260,8 +265,7 @@ impl Plan {
     pub fn calibrate(&mut self, calibration: Calibration) {
         for c in &mut self.candidates {
             let device = c.breakdown.device();
-            let accumulating = c.accumulation_steps > 1;
-            let peak = calibration.device_bytes_with(c.micro_batch, accumulating, device, c.levers())
+            let peak = calibration.device_bytes_with(c.micro_batch, c.accumulates(), device, c.levers())
                 + c.breakdown.data;
             c.calibrated_peak = Some(peak);
             c.fits = enforcer::within_limit(self.cap, peak);
@@ -815,7 +819,7 @@ mod tests {
         let largest = capped
             .candidates
             .iter()
-            .filter(|c| c.accumulation_steps > 1 && c.levers() == levers)
+            .filter(|c| c.accumulates() && c.levers() == levers)
             .map(|c| c.micro_batch)
             .max()
             .expect("an accumulating setting");
@@ -831,7 +835,7 @@ mod tests {
             .accumulating_measured_in_one_pass(&calibration)
             .expect("the one-pass probe fits");
         assert_eq!((next.micro_batch, next.levers()), (largest, levers));
-        assert!(next.accumulation_steps > 1);
+        assert!(next.accumulates());
         let mut measured = calibration;
         measured.probes.push(Probe {
             accumulating: true,
