@@ -46,9 +46,10 @@ pub struct LeverCosts {
     /// the weights).
     pub fill_elements: f64,
     /// 8-bit moments' time per sample against f32 moments': decoding and encoding every
-    /// parameter's moments each step. Measured on lavapipe only (the GPT 4x128 at context
-    /// 256, batch 8: 1.18x, 2026-12-06); the GPU's figure is taken to be the same until
-    /// measured.
+    /// parameter's moments each step. On the cubecl backends one kernel does it
+    /// (`ops::adam8`): 1.04x on lavapipe (the GPT 4x128 at context 256, batch 8, median of
+    /// three rounds, 2026-12-07), taken to hold on a GPU until measured there. As tensor ops
+    /// (flex, ndarray) 1.18x, measured on lavapipe before the kernel (2026-12-06).
     pub eight_bit: f64,
 }
 
@@ -59,7 +60,7 @@ impl LeverCosts {
     pub const GPU: LeverCosts = LeverCosts {
         f16: 0.69,
         fill_elements: 4_194_304.0,
-        eight_bit: 1.18,
+        eight_bit: 1.04,
     };
     /// A software adapter (lavapipe, SwiftShader) or a CPU backend: f16 ran at 0.93-1.04x
     /// f32's time on lavapipe (MLP 4x1024, CNN 16,32), and two cores are full with a few
@@ -69,6 +70,11 @@ impl LeverCosts {
         f16: 1.0,
         fill_elements: 32_768.0,
         eight_bit: 1.18,
+    };
+    /// A software adapter: the CPU's costs, but 8-bit moments in one kernel.
+    pub const SOFTWARE_ADAPTER: LeverCosts = LeverCosts {
+        eight_bit: 1.04,
+        ..LeverCosts::CPU
     };
 }
 
@@ -514,6 +520,7 @@ pub fn predict(
     let update = UpdateShape {
         largest: largest_parameter,
         eight_bit,
+        fused: request.pool != PoolModel::Host && crate::ops::adam8::kernel_enabled(),
         pure: precision == Precision::F16Pure,
         store,
         state_tensors,
@@ -545,6 +552,9 @@ pub fn predict(
 struct UpdateShape {
     largest: u64,
     eight_bit: bool,
+    /// The update is one kernel where it has one (`ops::adam8`, `ops::adam_half`: the
+    /// cubecl backends): it writes over the parameter and the moments and holds no f32 copy.
+    fused: bool,
     /// f16-pure: the parameter is updated in f32 and rounded back.
     pure: bool,
     /// Bytes a stored parameter value takes.
@@ -553,23 +563,28 @@ struct UpdateShape {
 }
 
 impl UpdateShape {
-    /// The allocations the update adds at its peak. 8-bit moments are decoded for one
-    /// parameter's update at a time: its two f32 moments, their successors, and the
-    /// encoder's codes and gathers. f16-pure updates each parameter in f32: its f32 copy
-    /// and gradient, the update, and the rounding's noise. Both update a parameter larger
+    /// The allocations the update adds at its peak. 8-bit moments as tensor ops (flex) are
+    /// decoded for one parameter's update at a time: its two f32 moments, their successors,
+    /// and the encoder's codes and gathers. f16-pure as tensor ops updates each parameter in
+    /// f32: its f32 copy and gradient, the update, and the rounding's noise. As one kernel
+    /// (the cubecl backends; f16-pure there with f32 moments) they add nothing. Both update a parameter larger
     /// than `UPDATE_CHUNK` chunk by chunk (`train::optimizer`): those copies are a chunk's,
     /// and the updated chunks of the value and the state are alive beside their joined copy.
     fn workspace(&self) -> Vec<u64> {
-        let chunked = (self.eight_bit || self.pure) && self.largest > UPDATE_CHUNK as u64;
+        let eight_bit_copies = self.eight_bit && !self.fused;
+        // f16-pure with f32 moments is one kernel too (`ops::adam_half`; not under norm
+        // clipping, which the census does not see: calibration measures that).
+        let pure_copies = self.pure && (self.eight_bit || !self.fused);
+        let chunked = (eight_bit_copies || pure_copies) && self.largest > UPDATE_CHUNK as u64;
         let at_once = match chunked {
             true => UPDATE_CHUNK as u64,
             false => self.largest,
         };
         let mut live = Vec::new();
-        if self.eight_bit {
+        if eight_bit_copies {
             live.push(Moments::code_bytes(at_once as usize) * 4 * EIGHT_BIT_UPDATE_COPIES);
         }
-        if self.pure {
+        if pure_copies {
             live.push(at_once * 4 * PURE_UPDATE_COPIES);
         }
         if chunked {

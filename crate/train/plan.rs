@@ -34,11 +34,12 @@ pub fn effective_precision(asked: Precision, device: &Device, backend: &str) -> 
 }
 
 /// What the levers cost in time on this backend's device: a GPU's figures for wgpu and
-/// CUDA on a hardware adapter, the CPU's for flex, ndarray and software adapters.
+/// CUDA on a hardware adapter, the CPU's for flex and ndarray, and for software adapters
+/// the CPU's but for 8-bit moments, which run there as one kernel.
 pub fn lever_costs(backend: &str) -> LeverCosts {
     match backend {
         "flex" | "ndarray" => LeverCosts::CPU,
-        _ if crate::ops::backend::adapter_is_software() => LeverCosts::CPU,
+        _ if crate::ops::backend::adapter_is_software() => LeverCosts::SOFTWARE_ADAPTER,
         _ => LeverCosts::GPU,
     }
 }

@@ -88,6 +88,11 @@ impl Codebook {
     fn decode(&self, codes: Tensor<1, Int>) -> Tensor<1> {
         self.values.clone().select(0, codes)
     }
+
+    /// The map's 256 values and the 255 midpoints its encoder searches.
+    pub fn tensors(&self) -> (&Tensor<1>, &Tensor<1>) {
+        (&self.values, &self.midpoints)
+    }
 }
 
 /// One moment in 8 bits: packed codes and a scale per block.
@@ -102,6 +107,16 @@ pub struct Quantized {
 }
 
 impl Quantized {
+    /// Moments of zero for `elements` values: every scale 0, so every code decodes to 0.
+    pub fn zeros(elements: usize, device: &Device) -> Quantized {
+        let blocks = elements.div_ceil(BLOCK);
+        Quantized {
+            words: Tensor::zeros([blocks * BLOCK / PER_WORD], device),
+            scales: Tensor::zeros([blocks], device),
+            elements,
+        }
+    }
+
     /// The values `range` stands for, as their own `Quantized`: `range` starts on a block's
     /// first value, so its blocks are whole blocks of this one (the last padded as here).
     pub fn slice(&self, range: std::ops::Range<usize>) -> Quantized {

@@ -13,7 +13,7 @@ use burn::module::ParamId;
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType};
 
-use super::{Optimizer, ParamState, Stored, rounding_seed, rule_step};
+use super::{Optimizer, ParamState, Stored, rounding_seed};
 use crate::train::precision;
 use crate::train::quantize::Quantized;
 
@@ -49,7 +49,7 @@ impl Optimizer {
                 false => part,
             };
             let state = previous.as_ref().map(|s| s.slice(range.clone()));
-            let (part, state) = rule_step(&self.rule, learning_rate, part, grad, state, codebooks.as_ref());
+            let (part, state) = self.step_rule(learning_rate, part, grad, state, codebooks.as_ref());
             let time = state.as_ref().map_or(0, |s| s.time);
             updated.push(match half {
                 true => precision::stochastic_round_f16_from(part, rounding_seed(place, time), range.start),

@@ -7,7 +7,9 @@
 //!
 //! With 8-bit moments (`Moments::Q8`) Adam's state stays quantised between steps
 //! (`train::quantize`): each parameter's moments are decoded for its own update only, so
-//! at most one parameter's f32 moments are alive at once.
+//! at most one parameter's f32 moments are alive at once. On the cubecl backends the
+//! decode, the step and the encode are one kernel (`fused`, `ops::adam8`) that keeps no
+//! f32 moment at all, on the same bits.
 
 use std::collections::HashMap;
 
@@ -28,8 +30,10 @@ use super::quantize::{self, Codebook, Quantized};
 
 mod bytes;
 mod chunked;
+mod fused;
 use crate::model::Model;
 use crate::ops::backend::lasting;
+use fused::{AdamConstants, BETA_1};
 
 /// burn's SGD momentum dampening (`MomentumConfig`'s default), kept so the rule is burn's.
 const SGD_DAMPENING: f64 = 0.1;
@@ -76,9 +80,10 @@ impl Stored {
 }
 
 /// The signed map for the first moment, the unsigned one for the second, on the device
-/// the parameters live on.
+/// the parameters live on; and the two in one tensor as the 8-bit kernel reads them
+/// (`ops::adam8::MAPS`).
 #[derive(Clone)]
-struct Codebooks([Codebook; 2]);
+struct Codebooks([Codebook; 2], Tensor<1>);
 
 #[derive(Clone)]
 pub struct Optimizer {
@@ -91,6 +96,8 @@ pub struct Optimizer {
     inverse_loss_scale: f32,
     /// The most values of a parameter updated at once where its update is chunked.
     chunk: usize,
+    /// Adam(W)'s constants, for the 8-bit step as one kernel (`fused`); `None` for SGD.
+    adam: Option<AdamConstants>,
 }
 
 impl Optimizer {
@@ -101,6 +108,7 @@ impl Optimizer {
         let rule = match config.kind {
             OptimizerKind::Adam => Rule::Adam(
                 AdamConfig::new()
+                    .with_beta_1(BETA_1)
                     .with_epsilon(config.epsilon)
                     .with_beta_2(config.beta_2)
                     .with_weight_decay(decay)
@@ -108,6 +116,7 @@ impl Optimizer {
             ),
             OptimizerKind::AdamW => Rule::AdamW(
                 AdamWConfig::new()
+                    .with_beta_1(BETA_1)
                     .with_epsilon(config.epsilon)
                     .with_beta_2(config.beta_2)
                     .with_weight_decay(config.weight_decay as f32)
@@ -128,6 +137,12 @@ impl Optimizer {
             codebooks: None,
             inverse_loss_scale: 1.0,
             chunk: crate::settings::UPDATE_CHUNK,
+            adam: (config.kind != OptimizerKind::Sgd).then_some(AdamConstants {
+                beta_2: config.beta_2,
+                epsilon: config.epsilon,
+                weight_decay: config.weight_decay as f32,
+                decoupled: config.kind == OptimizerKind::AdamW,
+            }),
         }
     }
 
@@ -136,9 +151,20 @@ impl Optimizer {
         if self.moments == Moments::F32 {
             return None;
         }
-        let codebooks = self
-            .codebooks
-            .get_or_insert_with(|| Codebooks([Codebook::new(true, device), Codebook::new(false, device)]));
+        let codebooks = self.codebooks.get_or_insert_with(|| {
+            let books = [Codebook::new(true, device), Codebook::new(false, device)];
+            let maps = Tensor::cat(
+                books
+                    .iter()
+                    .flat_map(|book| {
+                        let (values, midpoints) = book.tensors();
+                        [values.clone(), midpoints.clone()]
+                    })
+                    .collect(),
+                0,
+            );
+            Codebooks(books, maps)
+        });
         Some(codebooks.clone())
     }
 
@@ -187,7 +213,23 @@ impl Optimizer {
     ) -> Tensor<D> {
         let shape = tensor.shape();
         let elements = shape.num_elements();
-        if elements > self.chunk && (self.moments == Moments::Q8 || tensor.dtype() == DType::F16) {
+        if let Some(adam) = self.fused_half(&tensor, &grad) {
+            let flat = |t: Tensor<D>| t.reshape([elements]);
+            let previous = self.states.remove(&id);
+            let (updated, state) = adam.half_step(
+                learning_rate,
+                flat(tensor),
+                flat(grad),
+                previous,
+                self.inverse_loss_scale,
+                place,
+            );
+            self.states.insert(id, state);
+            return updated.reshape(shape);
+        }
+        // The kernel keeps no f32 copy of a moment: an f32 parameter it updates needs no chunks.
+        let q8_temporaries = self.moments == Moments::Q8 && !AdamConstants::fuses(&tensor);
+        if elements > self.chunk && (q8_temporaries || tensor.dtype() == DType::F16) {
             let flat = |t: Tensor<D>| t.reshape([elements]);
             return self
                 .update_chunked(id, place, learning_rate, flat(tensor), flat(grad))
@@ -200,6 +242,18 @@ impl Optimizer {
         let updated = self.update_f32(id, learning_rate, tensor.cast(FloatDType::F32), grad);
         let time = self.states.get(&id).map_or(0, |s| s.time);
         precision::stochastic_round_f16(updated, rounding_seed(place, time))
+    }
+
+    /// Adam's constants where an f16 parameter's update is one kernel (`ops::adam_half`):
+    /// an f16 gradient, f32 moments, no clipping (a norm needs the whole gradient first), a
+    /// cubecl backend.
+    fn fused_half<const D: usize>(&self, tensor: &Tensor<D>, grad: &Tensor<D>) -> Option<AdamConstants> {
+        let fuses = tensor.dtype() == DType::F16
+            && grad.dtype() == DType::F16
+            && self.moments == Moments::F32
+            && self.clipping.is_none()
+            && crate::ops::adam8::runs_on(&tensor.device());
+        self.adam.filter(|_| fuses)
     }
 
     /// An f16 gradient (f16-pure's, of a scaled loss) in f32 and unscaled; others as they are.
@@ -223,18 +277,35 @@ impl Optimizer {
         };
         let previous = self.states.remove(&id);
         let codebooks = self.codebooks(&tensor.device());
-        let (updated, state) = rule_step(
-            &self.rule,
-            learning_rate,
-            tensor,
-            grad,
-            previous,
-            codebooks.as_ref(),
-        );
+        let (updated, state) = self.step_rule(learning_rate, tensor, grad, previous, codebooks.as_ref());
         if let Some(state) = state {
             self.states.insert(id, state);
         }
         updated
+    }
+}
+
+impl Optimizer {
+    /// One step of the rule on `tensor` with its state: as one kernel where the moments are
+    /// 8-bit and the tensor is f32 on a cubecl backend (`fused`), else [`rule_step`].
+    fn step_rule<const D: usize>(
+        &self,
+        learning_rate: f64,
+        tensor: Tensor<D>,
+        grad: Tensor<D>,
+        previous: Option<ParamState>,
+        codebooks: Option<&Codebooks>,
+    ) -> (Tensor<D>, Option<ParamState>) {
+        if let (Some(adam), Some(books)) = (&self.adam, codebooks)
+            && AdamConstants::fuses(&tensor)
+        {
+            let shape = tensor.shape();
+            let elements = shape.num_elements();
+            let flat = |t: Tensor<D>| t.reshape([elements]);
+            let (updated, state) = adam.step(learning_rate, flat(tensor), flat(grad), previous, books);
+            return (updated.reshape(shape), Some(state));
+        }
+        rule_step(&self.rule, learning_rate, tensor, grad, previous, codebooks)
     }
 }
 
@@ -301,7 +372,7 @@ fn moments<const D: usize>(
 ) -> AdaptiveMomentumState<D> {
     let tensors = match (state.stored, codebooks) {
         (Stored::Full(tensors), _) => tensors,
-        (Stored::Eight(moments), Some(Codebooks(books))) => vec![
+        (Stored::Eight(moments), Some(Codebooks(books, _))) => vec![
             quantize::dequantize(&moments[0], &books[0]),
             quantize::dequantize(&moments[1], &books[1]),
         ],
@@ -330,7 +401,7 @@ fn store_moments<const D: usize>(
     );
     let stored = match codebooks {
         None => Stored::Full(vec![moment_1, moment_2]),
-        Some(Codebooks(books)) => Stored::Eight(Box::new([
+        Some(Codebooks(books, _)) => Stored::Eight(Box::new([
             quantize::quantize(moment_1, &books[0]),
             quantize::quantize(moment_2, &books[1]),
         ])),

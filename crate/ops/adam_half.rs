@@ -1,0 +1,213 @@
+//! Adam's (and AdamW's) step on an f16 parameter without a master copy (f16-pure), with f32
+//! moments, as one kernel on the cubecl backends: each invocation casts its value and
+//! gradient up, unscales the gradient, applies the step in f32 and rounds the result back
+//! to f16 stochastically, writing over the parameter and the moments.
+//!
+//! Why: as tensor ops the update holds f32 copies of the parameter, its gradient, the
+//! updated value and the rounding's hash and noise at once, and launches some forty kernels
+//! (the hash alone is twelve). On the MLP 784-128-10 on lavapipe that made f16-pure reserve
+//! 1.13x what f32 does and take 2.5x its step time (docs/benchmarks.md, "8-bit Adam and
+//! f16-pure Adam as one kernel each").
+//!
+//! The arithmetic is burn's step and `train::precision::stochastic_round_f16_from`'s
+//! rounding, operation for operation: the unit test's values land on the tensor ops' bits
+//! on lavapipe, though the rounding's logarithm and exponential may part in the last bit
+//! from burn's vectorised ones (the GPT's runs agree to six digits). A run and its resumed
+//! run both take the kernel, so they round alike.
+
+use burn::backend::Backend;
+use burn::backend::cubecl::dtype_to_storage_type;
+use burn::backend::tensor::FloatTensor;
+use burn_cubecl::CubeBackend;
+use burn_cubecl::cubecl;
+use burn_cubecl::cubecl::prelude::*;
+use burn_cubecl::tensor::CubeTensor;
+
+use super::adam8::{Adam8Hyper, Scalars, writable};
+
+/// Invocations per workgroup, one value each.
+const UNITS: usize = 256;
+
+/// Workgroups along x before the grid wraps into y (WebGPU's per-dimension minimum
+/// limit). Two in unit tests, so that their small parameters wrap too.
+const GRID_X: usize = if cfg!(test) { 2 } else { 65_535 };
+
+/// What the step needs beside Adam's constants: the gradient's unscaling (f16-pure's loss
+/// scale) and the rounding's seed (`train::optimizer::rounding_seed`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HalfStep {
+    pub adam: Adam8Hyper,
+    pub inverse_loss_scale: f32,
+    pub seed: u32,
+}
+
+#[burn::backend::backend_extension(Cube, Fusion: cfg(feature = "fusion"))]
+pub trait AdamHalfStep: Backend {
+    /// One step: the parameter and the two moments after it.
+    #[fusion(meta = |param, _grad, m, v, _step| (param.clone(), m.clone(), v.clone()))]
+    fn adam_half_step(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        m: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        step: HalfStep,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+}
+
+impl AdamHalfStep for CubeBackend {
+    fn adam_half_step(
+        param: CubeTensor,
+        grad: CubeTensor,
+        m: CubeTensor,
+        v: CubeTensor,
+        step: HalfStep,
+    ) -> (CubeTensor, CubeTensor, CubeTensor) {
+        let elements = param.meta.shape().num_elements();
+        let client = param.client.clone();
+        let (half, float) = (param.dtype, m.dtype);
+        let state = (writable(param), writable(m), writable(v));
+        let hyper = step.adam;
+        let Scalars {
+            decay_kind,
+            decay,
+            separate,
+            first,
+            second,
+            epsilon,
+        } = hyper.scalars();
+        let groups = elements.div_ceil(UNITS).max(1);
+        let x = groups.min(GRID_X);
+        let cube_count = CubeCount::Static(x as u32, groups.div_ceil(x) as u32, 1);
+        // Safety: every index is checked against the parameter's length in the kernel.
+        unsafe {
+            adam_half_kernel::launch_unchecked(
+                &client,
+                cube_count,
+                CubeDim::new_1d(UNITS as u32),
+                state.0.clone().into_tensor_arg(),
+                grad.into_tensor_arg(),
+                state.1.clone().into_tensor_arg(),
+                state.2.clone().into_tensor_arg(),
+                hyper.beta_1,
+                hyper.beta_2,
+                first,
+                second,
+                epsilon,
+                hyper.learning_rate,
+                decay,
+                step.inverse_loss_scale,
+                step.seed,
+                decay_kind,
+                separate,
+                [dtype_to_storage_type(float), dtype_to_storage_type(half)],
+            )
+        };
+        state
+    }
+}
+
+/// xorshift rounds per hash, and the hash's 23 bits that make the noise
+/// (`train::precision`'s).
+const HASH_ROUNDS: usize = 4;
+const MANTISSA: u32 = 0x7f_ffff;
+/// f16's smallest subnormal, 2^-24.
+const F16_SMALLEST_STEP: f32 = 5.960_464_5e-8;
+
+/// `value` rounded to a neighbouring f16 value, up with probability (value - below) / step,
+/// the draw a hash of `index` and `seed`: `train::precision::stochastic_round_f16_from`,
+/// operation for operation (in i32 as wgpu's int tensors are, so its right shifts are
+/// arithmetic).
+#[cube]
+fn stochastic_round<F: Float>(value: F, index: u32, seed: u32) -> F {
+    let mut hash = i32::cast_from(index) ^ i32::cast_from(seed);
+    #[unroll]
+    for _ in 0..HASH_ROUNDS {
+        hash ^= hash << 13i32;
+        hash ^= hash >> 17i32;
+        hash ^= hash << 5i32;
+    }
+    let bits = (hash >> 9i32) & i32::cast_from(MANTISSA);
+    let uniform = F::cast_from(bits) / F::cast_from(MANTISSA + 1);
+    let ln_2 = F::new(core::f32::consts::LN_2);
+    let exponent = F::floor(F::ln(F::abs(value)) / ln_2) - F::new(10.0);
+    let step = F::max(F::exp(exponent * ln_2), F::new(F16_SMALLEST_STEP));
+    let below = F::floor(value / step) * step;
+    let up = (value - below) / step;
+    // Added as 0 or 1 times the step, as the tensor ops do: `below + 0` turns -0 into +0.
+    let rounded_up = F::cast_from(u32::cast_from(uniform < up));
+    below + rounded_up * step
+}
+
+#[allow(clippy::too_many_arguments)]
+#[cube(launch_unchecked)]
+fn adam_half_kernel<F: Float, H: Float>(
+    param: &mut Tensor<H>,
+    grad: &Tensor<H>,
+    m: &mut Tensor<F>,
+    v: &mut Tensor<F>,
+    beta_1: f32,
+    beta_2: f32,
+    first: f32,
+    second: f32,
+    epsilon: f32,
+    learning_rate: f32,
+    decay: f32,
+    inverse_loss_scale: f32,
+    seed: u32,
+    decay_kind: u32,
+    separate: u32,
+    #[define(F, H)] _dtypes: [ElemType; 2],
+) {
+    let at = ((CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * CUBE_DIM_X + UNIT_POS_X) as usize;
+    if at >= param.len() {
+        terminate!();
+    }
+    let p = F::cast_from(param[at]);
+    let mut g = F::cast_from(grad[at]) * F::cast_from(inverse_loss_scale);
+    if decay_kind == 1 {
+        g = p * F::cast_from(decay) + g;
+    }
+    let b1 = F::cast_from(beta_1);
+    let b2 = F::cast_from(beta_2);
+    let m_new = m[at] * b1 + g * F::cast_from(1.0f32 - beta_1);
+    let v_new = v[at] * b2 + g * g * F::cast_from(1.0f32 - beta_2);
+    let eps = F::cast_from(epsilon);
+    let mut step = m_new * F::cast_from(first) / (F::sqrt(v_new) + eps);
+    if separate == 1 {
+        step = m_new / F::cast_from(first) / (F::sqrt(v_new / F::cast_from(second)) + eps);
+    }
+    let mut kept = p;
+    if decay_kind == 2 {
+        kept = p * F::cast_from(decay);
+    }
+    let updated = kept - step * F::cast_from(learning_rate);
+    m[at] = m_new;
+    v[at] = v_new;
+    param[at] = H::cast_from(stochastic_round::<F>(updated, at as u32, seed));
+}
+
+/// One step of Adam on the f16 `param` (flattened) with f32 moments `m` and `v` (zeros
+/// before the first step): the parameter, `m` and `v` after it. Only where
+/// [`super::adam8::runs_on`] the parameter's device.
+pub fn adam_half_step(
+    param: burn::Tensor<1>,
+    grad: burn::Tensor<1>,
+    m: burn::Tensor<1>,
+    v: burn::Tensor<1>,
+    step: HalfStep,
+) -> (burn::Tensor<1>, burn::Tensor<1>, burn::Tensor<1>) {
+    use burn::Tensor;
+    use burn::backend::Dispatch;
+    let (param, m, v) = <Dispatch as AdamHalfStep>::adam_half_step(
+        param.into_dispatch(),
+        grad.into_dispatch(),
+        m.into_dispatch(),
+        v.into_dispatch(),
+        step,
+    );
+    (
+        Tensor::from_dispatch(param),
+        Tensor::from_dispatch(m),
+        Tensor::from_dispatch(v),
+    )
+}
