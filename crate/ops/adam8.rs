@@ -179,7 +179,8 @@ impl Adam8Step for CubeBackend {
             second,
             epsilon,
         } = hyper.scalars();
-        let x = blocks.min(GRID_X);
+        // One workgroup at least: a parameter without values launches one that stops at once.
+        let x = blocks.clamp(1, GRID_X);
         let cube_count = CubeCount::Static(x as u32, blocks.div_ceil(x).max(1) as u32, 1);
         // Safety: every index is checked against its tensor's length in the kernel (the
         // values past the parameter's end are the last block's padding), and the

@@ -10,10 +10,9 @@
 //! f16-pure Adam as one kernel each").
 //!
 //! The arithmetic is burn's step and `train::precision::stochastic_round_f16_from`'s
-//! rounding, operation for operation: the unit test's values land on the tensor ops' bits
-//! on lavapipe, though the rounding's logarithm and exponential may part in the last bit
-//! from burn's vectorised ones (the GPT's runs agree to six digits). A run and its resumed
-//! run both take the kernel, so they round alike.
+//! rounding, operation for operation, with f16's step at each value exact on both paths,
+//! so the kernel leaves the bits the tensor ops leave (tested on lavapipe) and a resumed
+//! run rounds as the first did.
 
 use burn::backend::Backend;
 use burn::backend::cubecl::dtype_to_storage_type;
@@ -110,13 +109,14 @@ impl AdamHalfStep for CubeBackend {
 /// (`train::precision`'s).
 const HASH_ROUNDS: usize = 4;
 const MANTISSA: u32 = 0x7f_ffff;
-/// f16's smallest subnormal, 2^-24.
-const F16_SMALLEST_STEP: f32 = 5.960_464_5e-8;
+/// f16's normal exponents: below the least the step stays 2^-24 (the subnormals').
+const F16_MIN_EXPONENT: i32 = -14;
+const F16_MAX_EXPONENT: i32 = 15;
 
-/// `value` rounded to a neighbouring f16 value, up with probability (value - below) / step,
-/// the draw a hash of `index` and `seed`: `train::precision::stochastic_round_f16_from`,
-/// operation for operation (in i32 as wgpu's int tensors are, so its right shifts are
-/// arithmetic).
+/// `value` (f32) rounded to a neighbouring f16 value, up with probability (value - below) /
+/// step, the draw a hash of `index` and `seed`: `train::precision::stochastic_round_f16_from`,
+/// operation for operation but for the step, read here from the bits (the hash in i32 as
+/// wgpu's int tensors are, so its right shifts are arithmetic).
 #[cube]
 fn stochastic_round<F: Float>(value: F, index: u32, seed: u32) -> F {
     let mut hash = i32::cast_from(index) ^ i32::cast_from(seed);
@@ -128,9 +128,12 @@ fn stochastic_round<F: Float>(value: F, index: u32, seed: u32) -> F {
     }
     let bits = (hash >> 9i32) & i32::cast_from(MANTISSA);
     let uniform = F::cast_from(bits) / F::cast_from(MANTISSA + 1);
-    let ln_2 = F::new(core::f32::consts::LN_2);
-    let exponent = F::floor(F::ln(F::abs(value)) / ln_2) - F::new(10.0);
-    let step = F::max(F::exp(exponent * ln_2), F::new(F16_SMALLEST_STEP));
+    // f16's step at the value, 2^(its exponent - 10), exactly: the exponent read from the
+    // f32 bits (the tensor ops reach the same one by a corrected logarithm, `f16_step`).
+    let bits = u32::reinterpret(F::abs(value));
+    let exponent = i32::cast_from((bits >> 23u32) & 255u32) - 127i32;
+    let exponent = exponent.clamp(F16_MIN_EXPONENT, F16_MAX_EXPONENT);
+    let step = F::reinterpret(u32::cast_from(exponent - 10i32 + 127i32) << 23u32);
     let below = F::floor(value / step) * step;
     let up = (value - below) / step;
     // Added as 0 or 1 times the step, as the tensor ops do: `below + 0` turns -0 into +0.
