@@ -87,8 +87,8 @@ fn a_cap_only_smaller_chunks_meet_is_refused_with_that_advice() {
     assert!(stderr.contains("a cap of 16.0 MiB fits no setting"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     // The advice is a smaller chunk size, and it holds: the run with chunks of that size
-    // trains under this very cap. (It named 256 samples until the optimizer's kernels
-    // shrank f16-pure's update on wgpu; it names 1024 since, 2026-12-07.)
+    // trains under this very cap. Which size depends on the census (256 samples; 1024 while
+    // it counted nothing for the optimizer's kernels' update, ed06df9 to c47007a).
     let named = stderr
         .split("with chunks of ")
         .nth(1)
