@@ -520,10 +520,6 @@ pub fn predict(
     let update = UpdateShape {
         largest: largest_parameter,
         eight_bit,
-        // Counted as the tensor ops' copies for now: with none, the refusal of
-        // `tests/train_memory.rs` named a cap (16.9 MiB) that the probes then found short
-        // (18.8 MiB). What the kernels hold beside the state is not yet measured.
-        fused: false,
         pure: precision == Precision::F16Pure,
         store,
         state_tensors,
@@ -555,9 +551,6 @@ pub fn predict(
 struct UpdateShape {
     largest: u64,
     eight_bit: bool,
-    /// The update is one kernel where it has one (`ops::adam8`, `ops::adam_half`: the
-    /// cubecl backends): it writes over the parameter and the moments and holds no f32 copy.
-    fused: bool,
     /// f16-pure: the parameter is updated in f32 and rounded back.
     pure: bool,
     /// Bytes a stored parameter value takes.
@@ -566,28 +559,27 @@ struct UpdateShape {
 }
 
 impl UpdateShape {
-    /// The allocations the update adds at its peak. 8-bit moments as tensor ops (flex) are
-    /// decoded for one parameter's update at a time: its two f32 moments, their successors,
-    /// and the encoder's codes and gathers. f16-pure as tensor ops updates each parameter in
-    /// f32: its f32 copy and gradient, the update, and the rounding's noise. As one kernel
-    /// (the cubecl backends; f16-pure there with f32 moments) they add nothing. Both update a parameter larger
+    /// The allocations the update adds at its peak. 8-bit moments are decoded for one
+    /// parameter's update at a time: its two f32 moments, their successors, and the
+    /// encoder's codes and gathers. f16-pure updates each parameter in f32: its f32 copy
+    /// and gradient, the update, and the rounding's noise. Where these updates are one
+    /// kernel (`ops::adam8`, `ops::adam_half`: the cubecl backends) the same is counted:
+    /// with nothing counted for them, the refusal of `tests/train_memory.rs` named a cap
+    /// (16.9 MiB) that the probes then found short (18.8 MiB), and what the kernels hold
+    /// beside the state is not yet measured. Both update a parameter larger
     /// than `UPDATE_CHUNK` chunk by chunk (`train::optimizer`): those copies are a chunk's,
     /// and the updated chunks of the value and the state are alive beside their joined copy.
     fn workspace(&self) -> Vec<u64> {
-        let eight_bit_copies = self.eight_bit && !self.fused;
-        // f16-pure with f32 moments is one kernel too (`ops::adam_half`; not under norm
-        // clipping, which the census does not see: calibration measures that).
-        let pure_copies = self.pure && (self.eight_bit || !self.fused);
-        let chunked = (eight_bit_copies || pure_copies) && self.largest > UPDATE_CHUNK as u64;
+        let chunked = (self.eight_bit || self.pure) && self.largest > UPDATE_CHUNK as u64;
         let at_once = match chunked {
             true => UPDATE_CHUNK as u64,
             false => self.largest,
         };
         let mut live = Vec::new();
-        if eight_bit_copies {
+        if self.eight_bit {
             live.push(Moments::code_bytes(at_once as usize) * 4 * EIGHT_BIT_UPDATE_COPIES);
         }
-        if pure_copies {
+        if self.pure {
             live.push(at_once * 4 * PURE_UPDATE_COPIES);
         }
         if chunked {

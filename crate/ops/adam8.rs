@@ -100,20 +100,25 @@ pub trait Adam8Step: Backend {
     );
 }
 
-/// The constants as the kernels take them: WGSL has no enums.
-pub(super) struct Scalars {
-    /// 0 none, 1 Adam's (coupled), 2 AdamW's (decoupled).
-    pub decay_kind: u32,
-    pub decay: f32,
-    /// 0 Adam's correction, 1 AdamW's.
-    pub separate: u32,
-    pub first: f32,
-    pub second: f32,
-    pub epsilon: f32,
+/// The step's constants as the kernels read them (WGSL has no enums): one launch argument.
+#[derive(CubeLaunch, CubeType)]
+pub struct AdamRule {
+    beta_1: f32,
+    beta_2: f32,
+    /// 0 Adam's correction (`first` is `combined`), 1 AdamW's.
+    separate: u32,
+    first: f32,
+    second: f32,
+    epsilon: f32,
+    learning_rate: f32,
+    /// 0 none, 1 Adam's (coupled: `decay` is the penalty), 2 AdamW's (the factor).
+    decay_kind: u32,
+    decay: f32,
 }
 
 impl Adam8Hyper {
-    pub(super) fn scalars(&self) -> Scalars {
+    /// The kernels' launch argument for these constants.
+    pub(super) fn rule(&self) -> AdamRuleLaunch {
         let (decay_kind, decay) = match self.decay {
             Decay::None => (0, 0.0),
             Decay::Coupled(penalty) => (1, penalty),
@@ -127,15 +132,68 @@ impl Adam8Hyper {
                 epsilon,
             } => (1, first, second, epsilon),
         };
-        Scalars {
-            decay_kind,
-            decay,
+        AdamRuleLaunch::new(
+            self.beta_1,
+            self.beta_2,
             separate,
             first,
             second,
             epsilon,
-        }
+            self.learning_rate,
+            decay_kind,
+            decay,
+        )
     }
+}
+
+/// One value's parameter and moments after the step.
+#[derive(CubeType)]
+pub(super) struct Stepped<F: Float> {
+    pub param: F,
+    pub m: F,
+    pub v: F,
+}
+
+/// burn's Adam or AdamW step of one value `p` with gradient `g` and moments `m`, `v`,
+/// operation for operation in the order burn's tensor ops take (the kernels leave their
+/// bits): both kernels step through this one.
+#[cube]
+pub(super) fn adam_value<F: Float>(p: F, g: F, m: F, v: F, rule: &AdamRule) -> Stepped<F> {
+    let mut g = g;
+    if rule.decay_kind == 1 {
+        g = p * F::cast_from(rule.decay) + g;
+    }
+    // burn's scalars: `1 - beta` is worked out in f32 on the host as here.
+    let m = m * F::cast_from(rule.beta_1) + g * F::cast_from(1.0f32 - rule.beta_1);
+    let v = v * F::cast_from(rule.beta_2) + g * g * F::cast_from(1.0f32 - rule.beta_2);
+    let epsilon = F::cast_from(rule.epsilon);
+    let mut step = m * F::cast_from(rule.first) / (F::sqrt(v) + epsilon);
+    if rule.separate == 1 {
+        step = m / F::cast_from(rule.first) / (F::sqrt(v / F::cast_from(rule.second)) + epsilon);
+    }
+    let mut kept = p;
+    if rule.decay_kind == 2 {
+        kept = p * F::cast_from(rule.decay);
+    }
+    Stepped::<F> {
+        param: kept - step * F::cast_from(rule.learning_rate),
+        m,
+        v,
+    }
+}
+
+/// A launch of `groups` workgroups, the grid wrapped into y past [`GRID_X`] along x, and one
+/// workgroup at least (a parameter without values launches one that stops at once).
+pub(super) fn wrapped_grid(groups: usize) -> CubeCount {
+    let groups = groups.max(1);
+    let x = groups.min(GRID_X);
+    CubeCount::Static(x as u32, groups.div_ceil(x) as u32, 1)
+}
+
+/// This workgroup's place in a [`wrapped_grid`].
+#[cube]
+pub(super) fn group_index() -> usize {
+    (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize
 }
 
 /// `tensor` itself where the kernel may write over it (nothing else holds it, the usual
@@ -171,17 +229,7 @@ impl Adam8Step for CubeBackend {
             writable(v_words),
             writable(v_scales),
         );
-        let Scalars {
-            decay_kind,
-            decay,
-            separate,
-            first,
-            second,
-            epsilon,
-        } = hyper.scalars();
-        // One workgroup at least: a parameter without values launches one that stops at once.
-        let x = blocks.clamp(1, GRID_X);
-        let cube_count = CubeCount::Static(x as u32, blocks.div_ceil(x).max(1) as u32, 1);
+        let cube_count = wrapped_grid(blocks);
         // Safety: every index is checked against its tensor's length in the kernel (the
         // values past the parameter's end are the last block's padding), and the
         // workgroups past the last block stop before reading anything.
@@ -197,16 +245,8 @@ impl Adam8Step for CubeBackend {
                 state.3.clone().into_tensor_arg(),
                 state.4.clone().into_tensor_arg(),
                 maps.into_tensor_arg(),
-                hyper.beta_1,
-                hyper.beta_2,
-                first,
-                second,
-                epsilon,
-                hyper.learning_rate,
-                decay,
+                hyper.rule(),
                 blocks as u32,
-                decay_kind,
-                separate,
                 [dtype_to_storage_type(float), dtype_to_storage_type(int)],
             )
         };
@@ -240,19 +280,11 @@ fn adam8_kernel<F: Float, I: Int>(
     v_words: &mut Tensor<I>,
     v_scales: &mut Tensor<F>,
     maps: &Tensor<F>,
-    beta_1: f32,
-    beta_2: f32,
-    first: f32,
-    second: f32,
-    epsilon: f32,
-    learning_rate: f32,
-    decay: f32,
+    rule: &AdamRule,
     blocks: u32,
-    decay_kind: u32,
-    separate: u32,
     #[define(F, I)] _dtypes: [ElemType; 2],
 ) {
-    let block = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize;
+    let block = group_index();
     // The same for every invocation of a workgroup, so none is left at the barrier below.
     if block >= blocks as usize {
         terminate!();
@@ -260,11 +292,6 @@ fn adam8_kernel<F: Float, I: Int>(
     let unit = UNIT_POS_X as usize;
     let word = block * UNITS + unit;
     let elements = param.len();
-    let b1 = F::cast_from(beta_1);
-    let b2 = F::cast_from(beta_2);
-    // burn's scalars: `1 - beta` is worked out in f32 on the host as here.
-    let f1 = F::cast_from(1.0f32 - beta_1);
-    let f2 = F::cast_from(1.0f32 - beta_2);
     let old_m_scale = m_scales[block];
     let old_v_scale = v_scales[block];
     let old_m = m_words[word];
@@ -282,23 +309,11 @@ fn adam8_kernel<F: Float, I: Int>(
             let shift = I::cast_from(8 * k);
             let m_code = usize::cast_from((old_m >> shift) & I::cast_from(255u32));
             let v_code = usize::cast_from((old_v >> shift) & I::cast_from(255u32));
-            let p = param[at];
-            let mut g = grad[at];
-            if decay_kind == 1 {
-                g = p * F::cast_from(decay) + g;
-            }
-            let m_new = maps[SIGNED_VALUES + m_code] * old_m_scale * b1 + g * f1;
-            let v_new = maps[UNSIGNED_VALUES + v_code] * old_v_scale * b2 + g * g * f2;
-            let eps = F::cast_from(epsilon);
-            let mut step = m_new * F::cast_from(first) / (F::sqrt(v_new) + eps);
-            if separate == 1 {
-                step = m_new / F::cast_from(first) / (F::sqrt(v_new / F::cast_from(second)) + eps);
-            }
-            let mut kept = p;
-            if decay_kind == 2 {
-                kept = p * F::cast_from(decay);
-            }
-            param[at] = kept - step * F::cast_from(learning_rate);
+            let m_old = maps[SIGNED_VALUES + m_code] * old_m_scale;
+            let v_old = maps[UNSIGNED_VALUES + v_code] * old_v_scale;
+            let stepped = adam_value::<F>(param[at], grad[at], m_old, v_old, rule);
+            param[at] = stepped.param;
+            let (m_new, v_new) = (stepped.m, stepped.v);
             m[k] = m_new;
             v[k] = v_new;
             m_max = F::max(m_max, F::abs(m_new));
@@ -338,6 +353,15 @@ fn adam8_kernel<F: Float, I: Int>(
     v_words[word] = I::cast_from(v_word);
 }
 
+/// The maps tensor the kernel reads, laid out as [`SIGNED_VALUES`] and the rest say: each
+/// map as its 256 values and the 255 midpoints its encoder searches, the signed map first.
+pub fn maps(signed: [&burn::Tensor<1>; 2], unsigned: [&burn::Tensor<1>; 2]) -> burn::Tensor<1> {
+    let parts = [signed, unsigned].into_iter().flatten().cloned().collect();
+    let maps = burn::Tensor::cat(parts, 0);
+    debug_assert_eq!(maps.shape().num_elements(), MAPS);
+    maps
+}
+
 /// A moment's packed codes (four a word) and its block scales.
 pub type Packed = (burn::Tensor<1, burn::tensor::Int>, burn::Tensor<1>);
 
@@ -349,9 +373,8 @@ pub fn runs_on(device: &burn::prelude::Device) -> bool {
 }
 
 /// Whether the optimizer's kernels are on: `HEADROOM_OPTIMIZER_KERNELS=0` keeps the steps
-/// as tensor ops on every backend, to measure one against the other (the planner's census
-/// reads it too).
-pub fn kernel_enabled() -> bool {
+/// as tensor ops on every backend, to measure one against the other.
+fn kernel_enabled() -> bool {
     static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ENABLED.get_or_init(|| std::env::var("HEADROOM_OPTIMIZER_KERNELS").map_or(true, |v| v != "0"))
 }

@@ -22,14 +22,10 @@ use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 use burn_cubecl::tensor::CubeTensor;
 
-use super::adam8::{Adam8Hyper, Scalars, writable};
+use super::adam8::{Adam8Hyper, AdamRule, adam_value, group_index, wrapped_grid, writable};
 
 /// Invocations per workgroup, one value each.
 const UNITS: usize = 256;
-
-/// Workgroups along x before the grid wraps into y (WebGPU's per-dimension minimum
-/// limit). Two in unit tests, so that their small parameters wrap too.
-const GRID_X: usize = if cfg!(test) { 2 } else { 65_535 };
 
 /// What the step needs beside Adam's constants: the gradient's unscaling (f16-pure's loss
 /// scale) and the rounding's seed (`train::optimizer::rounding_seed`).
@@ -65,18 +61,7 @@ impl AdamHalfStep for CubeBackend {
         let client = param.client.clone();
         let (half, float) = (param.dtype, m.dtype);
         let state = (writable(param), writable(m), writable(v));
-        let hyper = step.adam;
-        let Scalars {
-            decay_kind,
-            decay,
-            separate,
-            first,
-            second,
-            epsilon,
-        } = hyper.scalars();
-        let groups = elements.div_ceil(UNITS).max(1);
-        let x = groups.min(GRID_X);
-        let cube_count = CubeCount::Static(x as u32, groups.div_ceil(x) as u32, 1);
+        let cube_count = wrapped_grid(elements.div_ceil(UNITS));
         // Safety: every index is checked against the parameter's length in the kernel.
         unsafe {
             adam_half_kernel::launch_unchecked(
@@ -87,17 +72,9 @@ impl AdamHalfStep for CubeBackend {
                 grad.into_tensor_arg(),
                 state.1.clone().into_tensor_arg(),
                 state.2.clone().into_tensor_arg(),
-                hyper.beta_1,
-                hyper.beta_2,
-                first,
-                second,
-                epsilon,
-                hyper.learning_rate,
-                decay,
+                step.adam.rule(),
                 step.inverse_loss_scale,
                 step.seed,
-                decay_kind,
-                separate,
                 [dtype_to_storage_type(float), dtype_to_storage_type(half)],
             )
         };
@@ -105,13 +82,13 @@ impl AdamHalfStep for CubeBackend {
     }
 }
 
-/// xorshift rounds per hash, and the hash's 23 bits that make the noise
-/// (`train::precision`'s).
-const HASH_ROUNDS: usize = 4;
-const MANTISSA: u32 = 0x7f_ffff;
+/// xorshift rounds per hash, and the hash's 23 bits that make the noise: the kernel's and
+/// `train::precision`'s tensor ops'.
+pub const HASH_ROUNDS: usize = 4;
+pub const MANTISSA: u32 = 0x7f_ffff;
 /// f16's normal exponents: below the least the step stays 2^-24 (the subnormals').
-const F16_MIN_EXPONENT: i32 = -14;
-const F16_MAX_EXPONENT: i32 = 15;
+pub const F16_MIN_EXPONENT: i32 = -14;
+pub const F16_MAX_EXPONENT: i32 = 15;
 
 /// `value` (f32) rounded to a neighbouring f16 value, up with probability (value - below) /
 /// step, the draw a hash of `index` and `seed`: `train::precision::stochastic_round_f16_from`,
@@ -148,45 +125,21 @@ fn adam_half_kernel<F: Float, H: Float>(
     grad: &Tensor<H>,
     m: &mut Tensor<F>,
     v: &mut Tensor<F>,
-    beta_1: f32,
-    beta_2: f32,
-    first: f32,
-    second: f32,
-    epsilon: f32,
-    learning_rate: f32,
-    decay: f32,
+    rule: &AdamRule,
     inverse_loss_scale: f32,
     seed: u32,
-    decay_kind: u32,
-    separate: u32,
     #[define(F, H)] _dtypes: [ElemType; 2],
 ) {
-    let at = ((CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * CUBE_DIM_X + UNIT_POS_X) as usize;
+    let at = group_index() * CUBE_DIM_X as usize + UNIT_POS_X as usize;
     if at >= param.len() {
         terminate!();
     }
     let p = F::cast_from(param[at]);
-    let mut g = F::cast_from(grad[at]) * F::cast_from(inverse_loss_scale);
-    if decay_kind == 1 {
-        g = p * F::cast_from(decay) + g;
-    }
-    let b1 = F::cast_from(beta_1);
-    let b2 = F::cast_from(beta_2);
-    let m_new = m[at] * b1 + g * F::cast_from(1.0f32 - beta_1);
-    let v_new = v[at] * b2 + g * g * F::cast_from(1.0f32 - beta_2);
-    let eps = F::cast_from(epsilon);
-    let mut step = m_new * F::cast_from(first) / (F::sqrt(v_new) + eps);
-    if separate == 1 {
-        step = m_new / F::cast_from(first) / (F::sqrt(v_new / F::cast_from(second)) + eps);
-    }
-    let mut kept = p;
-    if decay_kind == 2 {
-        kept = p * F::cast_from(decay);
-    }
-    let updated = kept - step * F::cast_from(learning_rate);
-    m[at] = m_new;
-    v[at] = v_new;
-    param[at] = H::cast_from(stochastic_round::<F>(updated, at as u32, seed));
+    let g = F::cast_from(grad[at]) * F::cast_from(inverse_loss_scale);
+    let stepped = adam_value::<F>(p, g, m[at], v[at], rule);
+    m[at] = stepped.m;
+    v[at] = stepped.v;
+    param[at] = H::cast_from(stochastic_round::<F>(stepped.param, at as u32, seed));
 }
 
 /// One step of Adam on the f16 `param` (flattened) with f32 moments `m` and `v` (zeros

@@ -1,5 +1,6 @@
 //! Backend kernels and devices, below the models: Adam's step on 8-bit moments, and on an
-//! f16 parameter without a master copy, as one kernel each (`adam8`, `adam_half`), causal attention that keeps nothing T×T (`attention`), which burn backend a run uses and how
+//! f16 parameter without a master copy, as one kernel each (`adam8`, `adam_half`), causal
+//! attention that keeps nothing T×T (`attention`), which burn backend a run uses and how
 //! its device is made (`backend`), a matmul on a named routine (`matmul`, `tile_matmul`),
 //! a linear layer whose weight gradient stays off the activations' pages (`linear`), a ReLU
 //! that keeps its output (`relu`), the CNN's conv and max-pool on flex (`conv_flex`,

@@ -9,6 +9,7 @@ use burn::prelude::*;
 use burn::tensor::FloatDType;
 
 use crate::model::Model;
+use crate::ops::adam_half::{self, HASH_ROUNDS};
 
 /// `f` applied outside autodiff. A tracked `t` gives a fresh leaf with its checkpointing
 /// (an op recorded in the graph would not be a leaf, and leaves are what gradients land
@@ -186,13 +187,11 @@ fn f16_step<const D: usize>(values: Tensor<D>) -> Tensor<D> {
 }
 
 /// f16's normal exponents: below the least the step stays 2^-24 (the subnormals').
-const F16_MIN_EXPONENT: f32 = -14.0;
-const F16_MAX_EXPONENT: f32 = 15.0;
+const F16_MIN_EXPONENT: f32 = adam_half::F16_MIN_EXPONENT as f32;
+const F16_MAX_EXPONENT: f32 = adam_half::F16_MAX_EXPONENT as f32;
 
-/// xorshift rounds per hash.
-const HASH_ROUNDS: usize = 4;
-/// 23 of the hash's bits make the noise.
-const MANTISSA: i64 = 0x7f_ffff;
+/// 23 of the hash's bits make the noise (as an i64: a scalar of the int tensors).
+const MANTISSA: i64 = adam_half::MANTISSA as i64;
 
 /// Dynamic loss scaling: start high, halve on overflow (the step is skipped), double after
 /// a run of clean steps.

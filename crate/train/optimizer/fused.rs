@@ -1,9 +1,9 @@
-//! Adam's step on 8-bit moments as one kernel (`ops::adam8`) where the parameter lives on a
-//! cubecl backend: no f32 copy of a moment, and one launch where the tensor ops take some
-//! sixty. burn keeps Adam's constants private, so the optimizer keeps its own copy here.
+//! Adam's step as one kernel where the parameter lives on a cubecl backend: on 8-bit moments
+//! (`ops::adam8`: no f32 copy of a moment, one launch where the tensor ops take some sixty)
+//! and on an f16 parameter without a master copy (`ops::adam_half`). burn keeps Adam's
+//! constants private, so the optimizer keeps its own copy here.
 
 use burn::prelude::*;
-use burn::tensor::DType;
 
 use super::{Codebooks, ParamState, Stored, rounding_seed};
 use crate::ops::adam_half::{self, HalfStep};
@@ -55,11 +55,6 @@ impl AdamConstants {
             learning_rate: learning_rate as f32,
             decay,
         }
-    }
-
-    /// Whether `tensor`'s update takes the kernel: f32 values on a cubecl backend.
-    pub(super) fn fuses<const D: usize>(tensor: &Tensor<D>) -> bool {
-        tensor.dtype() == DType::F32 && adam8::runs_on(&tensor.device())
     }
 
     /// One step of the flattened f16 `tensor` (f16-pure) with f32 moments, its gradient

@@ -153,16 +153,11 @@ impl Optimizer {
         }
         let codebooks = self.codebooks.get_or_insert_with(|| {
             let books = [Codebook::new(true, device), Codebook::new(false, device)];
-            let maps = Tensor::cat(
-                books
-                    .iter()
-                    .flat_map(|book| {
-                        let (values, midpoints) = book.tensors();
-                        [values.clone(), midpoints.clone()]
-                    })
-                    .collect(),
-                0,
-            );
+            let [signed, unsigned] = books.each_ref().map(|book| {
+                let (values, midpoints) = book.tensors();
+                [values, midpoints]
+            });
+            let maps = crate::ops::adam8::maps(signed, unsigned);
             Codebooks(books, maps)
         });
         Some(codebooks.clone())
@@ -228,7 +223,7 @@ impl Optimizer {
             return updated.reshape(shape);
         }
         // The kernel keeps no f32 copy of a moment: an f32 parameter it updates needs no chunks.
-        let q8_temporaries = self.moments == Moments::Q8 && !AdamConstants::fuses(&tensor);
+        let q8_temporaries = self.moments == Moments::Q8 && self.fused_eight(&tensor).is_none();
         if elements > self.chunk && (q8_temporaries || tensor.dtype() == DType::F16) {
             let flat = |t: Tensor<D>| t.reshape([elements]);
             return self
@@ -242,6 +237,15 @@ impl Optimizer {
         let updated = self.update_f32(id, learning_rate, tensor.cast(FloatDType::F32), grad);
         let time = self.states.get(&id).map_or(0, |s| s.time);
         precision::stochastic_round_f16(updated, rounding_seed(place, time))
+    }
+
+    /// Adam's constants where the update with 8-bit moments is one kernel (`ops::adam8`):
+    /// an f32 value on a cubecl backend.
+    fn fused_eight<const D: usize>(&self, tensor: &Tensor<D>) -> Option<AdamConstants> {
+        let fuses = self.moments == Moments::Q8
+            && tensor.dtype() == DType::F32
+            && crate::ops::adam8::runs_on(&tensor.device());
+        self.adam.filter(|_| fuses)
     }
 
     /// Adam's constants where an f16 parameter's update is one kernel (`ops::adam_half`):
@@ -296,9 +300,7 @@ impl Optimizer {
         previous: Option<ParamState>,
         codebooks: Option<&Codebooks>,
     ) -> (Tensor<D>, Option<ParamState>) {
-        if let (Some(adam), Some(books)) = (&self.adam, codebooks)
-            && AdamConstants::fuses(&tensor)
-        {
+        if let (Some(adam), Some(books)) = (self.fused_eight(&tensor), codebooks) {
             let shape = tensor.shape();
             let elements = shape.num_elements();
             let flat = |t: Tensor<D>| t.reshape([elements]);
