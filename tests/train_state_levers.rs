@@ -108,7 +108,7 @@ const _: () = assert!(784 * 512 > headroom::settings::UPDATE_CHUNK);
 /// the losses of the run never stopped, bit for bit, accumulating (an f16 sum) or not. The
 /// first layer (784 x 512, 401k values) is updated in two chunks (`UPDATE_CHUNK`). And f16
 /// without a master copy with f32 moments, whose update on wgpu is one kernel
-/// (`ops::adam_half`).
+/// (`ops::adam`).
 #[tokio::test]
 async fn a_run_with_both_levers_resumes_bit_for_bit() {
     let _alone = ONE_AT_A_TIME.lock().await;

@@ -563,7 +563,7 @@ impl UpdateShape {
     /// parameter's update at a time: its two f32 moments, their successors, and the
     /// encoder's codes and gathers. f16-pure updates each parameter in f32: its f32 copy
     /// and gradient, the update, and the rounding's noise. Where these updates are one
-    /// kernel (`ops::adam8`, `ops::adam_half`: the cubecl backends) the same is counted:
+    /// kernel (`ops::adam8`, `ops::adam`: the cubecl backends) the same is counted:
     /// with nothing counted for them, the refusal of `tests/train_memory.rs` named a cap
     /// (16.9 MiB) that the probes then found short (18.8 MiB), and what the kernels hold
     /// beside the state is not yet measured. Both update a parameter larger

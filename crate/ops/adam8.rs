@@ -365,7 +365,7 @@ pub fn maps(signed: [&burn::Tensor<1>; 2], unsigned: [&burn::Tensor<1>; 2]) -> b
 /// A moment's packed codes (four a word) and its block scales.
 pub type Packed = (burn::Tensor<1, burn::tensor::Int>, burn::Tensor<1>);
 
-/// Whether the optimizer's kernels ([`adam8_step`], `adam_half`) run on `device`: the
+/// Whether the optimizer's kernels ([`adam8_step`], `adam`) run on `device`: the
 /// cubecl backends (wgpu natively and in the page, CUDA). Elsewhere (flex, ndarray) the
 /// steps stay tensor ops.
 pub fn runs_on(device: &burn::prelude::Device) -> bool {

@@ -9,7 +9,7 @@ use burn::prelude::*;
 use burn::tensor::FloatDType;
 
 use crate::model::Model;
-use crate::ops::adam_half::{self, HASH_ROUNDS};
+use crate::ops::adam::{self, HASH_ROUNDS};
 
 /// `f` applied outside autodiff. A tracked `t` gives a fresh leaf with its checkpointing
 /// (an op recorded in the graph would not be a leaf, and leaves are what gradients land
@@ -154,7 +154,7 @@ pub fn stochastic_round_f16_from<const D: usize>(values: Tensor<D>, seed: u32, f
 /// two a few units of the last place off, so each goes through f16 (which holds 2^-24 ..
 /// 2^15 exactly) to land on it. An inexact step moved values already on f16: a probe's
 /// step at a vanishing rate changed an f16-pure GPT's weights (docs/benchmarks.md, "8-bit
-/// Adam and f16-pure Adam as one kernel each"). `ops::adam_half` reads the same exponent
+/// Adam and f16-pure Adam as one kernel each"). `ops::adam` reads the same exponent
 /// from the bits.
 fn f16_step<const D: usize>(values: Tensor<D>) -> Tensor<D> {
     let ln_2 = std::f32::consts::LN_2;
@@ -187,11 +187,11 @@ fn f16_step<const D: usize>(values: Tensor<D>) -> Tensor<D> {
 }
 
 /// f16's normal exponents: below the least the step stays 2^-24 (the subnormals').
-const F16_MIN_EXPONENT: f32 = adam_half::F16_MIN_EXPONENT as f32;
-const F16_MAX_EXPONENT: f32 = adam_half::F16_MAX_EXPONENT as f32;
+const F16_MIN_EXPONENT: f32 = adam::F16_MIN_EXPONENT as f32;
+const F16_MAX_EXPONENT: f32 = adam::F16_MAX_EXPONENT as f32;
 
 /// 23 of the hash's bits make the noise (as an i64: a scalar of the int tensors).
-const MANTISSA: i64 = adam_half::MANTISSA as i64;
+const MANTISSA: i64 = adam::MANTISSA as i64;
 
 /// Dynamic loss scaling: start high, halve on overflow (the step is skipped), double after
 /// a run of clean steps.

@@ -1,17 +1,26 @@
 //! Adam's step as one kernel where the parameter lives on a cubecl backend: on 8-bit moments
 //! (`ops::adam8`: no f32 copy of a moment, one launch where the tensor ops take some sixty)
-//! and on an f16 parameter without a master copy (`ops::adam_half`). burn keeps Adam's
-//! constants private, so the optimizer keeps its own copy here.
+//! and on f32 moments (`ops::adam`: an f32 parameter, one launch where burn's tensor ops
+//! take about twelve, or an f16 one without a master copy). burn keeps Adam's constants
+//! private, so the optimizer keeps its own copy here.
 
 use burn::prelude::*;
 
 use super::{Codebooks, ParamState, Stored, rounding_seed};
-use crate::ops::adam_half::{self, HalfStep};
+use crate::ops::adam::{self, MomentStep, Rounding};
 use crate::ops::adam8::{self, Adam8Hyper, Correction, Decay};
 use crate::train::quantize::Quantized;
 
 /// burn's `AdamConfig`/`AdamWConfig` default, which Headroom does not change.
 pub(super) const BETA_1: f32 = 0.9;
+
+/// How an f16 parameter's step (f16-pure) unscales its gradient and draws its rounding: by
+/// the parameter's `place` in the model.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct HalfRounding {
+    pub inverse_loss_scale: f32,
+    pub place: u64,
+}
 
 /// Adam's or AdamW's constants as burn holds them.
 #[derive(Clone, Copy, Debug)]
@@ -57,17 +66,16 @@ impl AdamConstants {
         }
     }
 
-    /// One step of the flattened f16 `tensor` (f16-pure) with f32 moments, its gradient
-    /// unscaled by `inverse_loss_scale` and the result rounded stochastically by its `place`
-    /// in the model: the tensor and its state after.
-    pub(super) fn half_step(
+    /// One step of the flattened `tensor` with f32 moments: an f32 one as burn steps it, or
+    /// an f16 one (f16-pure) whose gradient is unscaled and whose result is rounded
+    /// stochastically as `half` says. The tensor and its state after.
+    pub(super) fn full_step(
         &self,
         learning_rate: f64,
         tensor: Tensor<1>,
         grad: Tensor<1>,
         previous: Option<ParamState>,
-        inverse_loss_scale: f32,
-        place: u64,
+        half: Option<HalfRounding>,
     ) -> (Tensor<1>, ParamState) {
         let elements = tensor.shape().num_elements();
         let device = tensor.device();
@@ -88,12 +96,14 @@ impl AdamConstants {
                 "an f32-moment optimizer stores f32 moments, and a loaded state is checked (check_fits)"
             ),
         };
-        let step = HalfStep {
+        let step = MomentStep {
             adam: self.hyper(time, learning_rate),
-            inverse_loss_scale,
-            seed: rounding_seed(place, time),
+            rounding: half.map(|half| Rounding {
+                inverse_loss_scale: half.inverse_loss_scale,
+                seed: rounding_seed(half.place, time),
+            }),
         };
-        let (updated, m, v) = adam_half::adam_half_step(tensor, grad, m, v, step);
+        let (updated, m, v) = adam::adam_step(tensor, grad, m, v, step);
         let state = ParamState {
             time,
             stored: Stored::Full(vec![m, v]),
@@ -226,8 +236,10 @@ mod tests {
     /// parameters (a block of one value, partial and whole blocks, a grid that wraps: six
     /// blocks, two a row in tests) and on an f16 one updated in three chunks; and an f16
     /// parameter with f32 moments, its gradient unscaled and its value rounded
-    /// stochastically (one kernel, its grid wrapping too). Bit for bit on lavapipe, which
-    /// contracts no multiply-add the tensor ops leave apart; close under `fusion`.
+    /// stochastically (one kernel, its grid wrapping too); and an f32 parameter with f32
+    /// moments, with and without norm clipping (applied before the kernel). Bit for bit on
+    /// lavapipe, which contracts no multiply-add the tensor ops leave apart; close under
+    /// `fusion`, and with clipping.
     #[test]
     fn the_kernels_step_as_the_tensor_ops_do_bit_for_bit() {
         let cases = [
@@ -237,31 +249,37 @@ mod tests {
             (Moments::Q8, 1500, true),
             (Moments::F32, 1, true),
             (Moments::F32, 3 * 256 + 7, true),
+            (Moments::F32, 1, false),
+            (Moments::F32, 3 * 256 + 7, false),
         ];
-        for kind in [OptimizerKind::Adam, OptimizerKind::AdamW] {
-            for weight_decay in [0.0, 1e-2] {
-                let config = OptimizerConfig {
-                    kind,
-                    weight_decay,
-                    ..OptimizerConfig::default()
-                };
-                for (moments, elements, half) in cases {
-                    let ops = three_updates(&config, moments, elements, false, half);
-                    let kernel = three_updates(&config, moments, elements, true, half);
-                    let case = format!(
-                        "{kind:?}, weight decay {weight_decay}, {moments:?}, {elements} values, f16 {half}"
-                    );
-                    if cfg!(feature = "fusion") {
-                        // burn's fusion runs the tensor ops as kernels of its own, which may
-                        // contract a multiply-add: a few units of the last place apart, and a
-                        // stochastic rounding that lands on the other neighbour.
-                        assert_close(&kernel.0, &ops.0, 1e-3, &format!("parameters: {case}"));
-                        assert_close(&kernel.1, &ops.1, 1e-5, &format!("state: {case}"));
-                        continue;
-                    }
-                    assert_eq!(kernel.0, ops.0, "parameters: {case}");
-                    assert_eq!(kernel.1, ops.1, "state: {case}");
+        let rules = [OptimizerKind::Adam, OptimizerKind::AdamW]
+            .into_iter()
+            .flat_map(|kind| [(kind, 0.0, None), (kind, 1e-2, None), (kind, 1e-2, Some(0.5))]);
+        for (kind, weight_decay, clip_norm) in rules {
+            let config = OptimizerConfig {
+                kind,
+                weight_decay,
+                clip_norm,
+                ..OptimizerConfig::default()
+            };
+            for (moments, elements, half) in cases {
+                let ops = three_updates(&config, moments, elements, false, half);
+                let kernel = three_updates(&config, moments, elements, true, half);
+                let case = format!(
+                    "{kind:?}, weight decay {weight_decay}, clip {clip_norm:?}, {moments:?}, {elements} values, f16 {half}"
+                );
+                if cfg!(feature = "fusion") || clip_norm.is_some() {
+                    // burn's fusion runs the tensor ops as kernels of its own, which may
+                    // contract a multiply-add: a few units of the last place apart, and a
+                    // stochastic rounding that lands on the other neighbour. And the
+                    // clipping's norm is a sum on the device whose order varies from run to
+                    // run on lavapipe: two runs of the tensor ops alone differ by as much.
+                    assert_close(&kernel.0, &ops.0, 1e-3, &format!("parameters: {case}"));
+                    assert_close(&kernel.1, &ops.1, 1e-5, &format!("state: {case}"));
+                    continue;
                 }
+                assert_eq!(kernel.0, ops.0, "parameters: {case}");
+                assert_eq!(kernel.1, ops.1, "state: {case}");
             }
         }
     }

@@ -33,7 +33,7 @@ mod chunked;
 mod fused;
 use crate::model::Model;
 use crate::ops::backend::lasting;
-use fused::{AdamConstants, BETA_1};
+use fused::{AdamConstants, BETA_1, HalfRounding};
 
 /// burn's SGD momentum dampening (`MomentumConfig`'s default), kept so the rule is burn's.
 const SGD_DAMPENING: f64 = 0.1;
@@ -211,14 +211,12 @@ impl Optimizer {
         if let Some(adam) = self.fused_half(&tensor, &grad) {
             let flat = |t: Tensor<D>| t.reshape([elements]);
             let previous = self.states.remove(&id);
-            let (updated, state) = adam.half_step(
-                learning_rate,
-                flat(tensor),
-                flat(grad),
-                previous,
-                self.inverse_loss_scale,
+            let half = HalfRounding {
+                inverse_loss_scale: self.inverse_loss_scale,
                 place,
-            );
+            };
+            let (updated, state) =
+                adam.full_step(learning_rate, flat(tensor), flat(grad), previous, Some(half));
             self.states.insert(id, state);
             return updated.reshape(shape);
         }
@@ -248,7 +246,17 @@ impl Optimizer {
         self.adam.filter(|_| fuses)
     }
 
-    /// Adam's constants where an f16 parameter's update is one kernel (`ops::adam_half`):
+    /// Adam's constants where an f32 parameter's update with f32 moments is one kernel
+    /// (`ops::adam`): an f32 gradient (clipped already, where the run clips), a cubecl backend.
+    fn fused_full<const D: usize>(&self, tensor: &Tensor<D>, grad: &Tensor<D>) -> Option<AdamConstants> {
+        let fuses = tensor.dtype() == DType::F32
+            && grad.dtype() == DType::F32
+            && self.moments == Moments::F32
+            && crate::ops::adam8::runs_on(&tensor.device());
+        self.adam.filter(|_| fuses)
+    }
+
+    /// Adam's constants where an f16 parameter's update is one kernel (`ops::adam`):
     /// an f16 gradient, f32 moments, no clipping (a norm needs the whole gradient first), a
     /// cubecl backend.
     fn fused_half<const D: usize>(&self, tensor: &Tensor<D>, grad: &Tensor<D>) -> Option<AdamConstants> {
@@ -290,8 +298,8 @@ impl Optimizer {
 }
 
 impl Optimizer {
-    /// One step of the rule on `tensor` with its state: as one kernel where the moments are
-    /// 8-bit and the tensor is f32 on a cubecl backend (`fused`), else [`rule_step`].
+    /// One step of the rule on `tensor` with its state: as one kernel where the tensor is
+    /// f32 on a cubecl backend and the rule Adam's (`fused`), else [`rule_step`].
     fn step_rule<const D: usize>(
         &self,
         learning_rate: f64,
@@ -300,11 +308,15 @@ impl Optimizer {
         previous: Option<ParamState>,
         codebooks: Option<&Codebooks>,
     ) -> (Tensor<D>, Option<ParamState>) {
+        let shape = tensor.shape();
+        let elements = shape.num_elements();
+        let flat = |t: Tensor<D>| t.reshape([elements]);
         if let (Some(adam), Some(books)) = (self.fused_eight(&tensor), codebooks) {
-            let shape = tensor.shape();
-            let elements = shape.num_elements();
-            let flat = |t: Tensor<D>| t.reshape([elements]);
             let (updated, state) = adam.step(learning_rate, flat(tensor), flat(grad), previous, books);
+            return (updated.reshape(shape), Some(state));
+        }
+        if let Some(adam) = self.fused_full(&tensor, &grad) {
+            let (updated, state) = adam.full_step(learning_rate, flat(tensor), flat(grad), previous, None);
             return (updated.reshape(shape), Some(state));
         }
         rule_step(&self.rule, learning_rate, tensor, grad, previous, codebooks)

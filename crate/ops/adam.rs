@@ -1,13 +1,16 @@
-//! Adam's (and AdamW's) step on an f16 parameter without a master copy (f16-pure), with f32
-//! moments, as one kernel on the cubecl backends: each invocation casts its value and
-//! gradient up, unscales the gradient, applies the step in f32 and rounds the result back
-//! to f16 stochastically, writing over the parameter and the moments.
+//! Adam's (and AdamW's) step with f32 moments as one kernel on the cubecl backends, on an
+//! f32 parameter, or on an f16 one without a master copy (f16-pure): each invocation takes
+//! one value, casts it and its gradient up, applies the step in f32 and writes the
+//! parameter and the moments over the old ones. An f16 value's gradient is unscaled first
+//! and its result rounded back to f16 stochastically.
 //!
-//! Why: as tensor ops the update holds f32 copies of the parameter, its gradient, the
-//! updated value and the rounding's hash and noise at once, and launches some forty kernels
-//! (the hash alone is twelve). On the MLP 784-128-10 on lavapipe that made f16-pure reserve
-//! 1.13x what f32 does and take 2.5x its step time (docs/benchmarks.md, "8-bit Adam and
-//! f16-pure Adam as one kernel each").
+//! Why: as tensor ops burn's f32 step launches about twelve kernels a parameter and makes a
+//! new parameter and two new moments beside the old ones. On a GPU a small model's step is
+//! bound by launches (issue 43: the MLP 784-128-10 ran at 0.31x PyTorch's speed on an
+//! H200). The f16-pure step as tensor ops held f32 copies of the parameter, its gradient,
+//! the updated value and the rounding's hash and noise at once, and launched some forty
+//! kernels: on the MLP 784-128-10 on lavapipe it reserved 1.13x what f32 does and took 2.5x
+//! its step time (docs/benchmarks.md, "8-bit Adam and f16-pure Adam as one kernel each").
 //!
 //! The arithmetic is burn's step and `train::precision::stochastic_round_f16_from`'s
 //! rounding, operation for operation, with f16's step at each value exact on both paths,
@@ -27,44 +30,55 @@ use super::adam8::{Adam8Hyper, AdamRule, adam_value, group_index, wrapped_grid, 
 /// Invocations per workgroup, one value each.
 const UNITS: usize = 256;
 
-/// What the step needs beside Adam's constants: the gradient's unscaling (f16-pure's loss
+/// Adam's constants for one step, and for an f16 parameter its rounding.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MomentStep {
+    pub adam: Adam8Hyper,
+    /// `None` on an f32 parameter, which is stepped as burn steps it.
+    pub rounding: Option<Rounding>,
+}
+
+/// What f16-pure's step needs beside Adam's constants: the gradient's unscaling (its loss
 /// scale) and the rounding's seed (`train::optimizer::rounding_seed`).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct HalfStep {
-    pub adam: Adam8Hyper,
+pub struct Rounding {
     pub inverse_loss_scale: f32,
     pub seed: u32,
 }
 
 #[burn::backend::backend_extension(Cube, Fusion: cfg(feature = "fusion"))]
-pub trait AdamHalfStep: Backend {
+pub trait AdamStep: Backend {
     /// One step: the parameter and the two moments after it.
     #[fusion(meta = |param, _grad, m, v, _step| (param.clone(), m.clone(), v.clone()))]
-    fn adam_half_step(
+    fn adam_step(
         param: FloatTensor<Self>,
         grad: FloatTensor<Self>,
         m: FloatTensor<Self>,
         v: FloatTensor<Self>,
-        step: HalfStep,
+        step: MomentStep,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 }
 
-impl AdamHalfStep for CubeBackend {
-    fn adam_half_step(
+impl AdamStep for CubeBackend {
+    fn adam_step(
         param: CubeTensor,
         grad: CubeTensor,
         m: CubeTensor,
         v: CubeTensor,
-        step: HalfStep,
+        step: MomentStep,
     ) -> (CubeTensor, CubeTensor, CubeTensor) {
         let elements = param.meta.shape().num_elements();
         let client = param.client.clone();
-        let (half, float) = (param.dtype, m.dtype);
+        let (value, float) = (param.dtype, m.dtype);
         let state = (writable(param), writable(m), writable(v));
         let cube_count = wrapped_grid(elements.div_ceil(UNITS));
+        let rounding = step.rounding.unwrap_or(Rounding {
+            inverse_loss_scale: 1.0,
+            seed: 0,
+        });
         // Safety: every index is checked against the parameter's length in the kernel.
         unsafe {
-            adam_half_kernel::launch_unchecked(
+            adam_kernel::launch_unchecked(
                 &client,
                 cube_count,
                 CubeDim::new_1d(UNITS as u32),
@@ -73,9 +87,10 @@ impl AdamHalfStep for CubeBackend {
                 state.1.clone().into_tensor_arg(),
                 state.2.clone().into_tensor_arg(),
                 step.adam.rule(),
-                step.inverse_loss_scale,
-                step.seed,
-                [dtype_to_storage_type(float), dtype_to_storage_type(half)],
+                rounding.inverse_loss_scale,
+                rounding.seed,
+                step.rounding.is_some(),
+                [dtype_to_storage_type(float), dtype_to_storage_type(value)],
             )
         };
         state
@@ -118,9 +133,11 @@ fn stochastic_round<F: Float>(value: F, index: u32, seed: u32) -> F {
     below + rounded_up * step
 }
 
+/// One value's step; `rounds` (an f16 parameter) unscales its gradient and rounds the
+/// result stochastically, else the value is stepped as burn steps it.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
-fn adam_half_kernel<F: Float, H: Float>(
+fn adam_kernel<F: Float, H: Float>(
     param: &mut Tensor<H>,
     grad: &Tensor<H>,
     m: &mut Tensor<F>,
@@ -128,6 +145,7 @@ fn adam_half_kernel<F: Float, H: Float>(
     rule: &AdamRule,
     inverse_loss_scale: f32,
     seed: u32,
+    #[comptime] rounds: bool,
     #[define(F, H)] _dtypes: [ElemType; 2],
 ) {
     let at = group_index() * CUBE_DIM_X as usize + UNIT_POS_X as usize;
@@ -135,26 +153,33 @@ fn adam_half_kernel<F: Float, H: Float>(
         terminate!();
     }
     let p = F::cast_from(param[at]);
-    let g = F::cast_from(grad[at]) * F::cast_from(inverse_loss_scale);
+    let mut g = F::cast_from(grad[at]);
+    if rounds {
+        g *= F::cast_from(inverse_loss_scale);
+    }
     let stepped = adam_value::<F>(p, g, m[at], v[at], rule);
     m[at] = stepped.m;
     v[at] = stepped.v;
-    param[at] = H::cast_from(stochastic_round::<F>(stepped.param, at as u32, seed));
+    if rounds {
+        param[at] = H::cast_from(stochastic_round::<F>(stepped.param, at as u32, seed));
+    } else {
+        param[at] = H::cast_from(stepped.param);
+    }
 }
 
-/// One step of Adam on the f16 `param` (flattened) with f32 moments `m` and `v` (zeros
-/// before the first step): the parameter, `m` and `v` after it. Only where
-/// [`super::adam8::runs_on`] the parameter's device.
-pub fn adam_half_step(
+/// One step of Adam on `param` (flattened; f32, or f16 with `step.rounding`) with f32
+/// moments `m` and `v` (zeros before the first step): the parameter, `m` and `v` after it.
+/// Only where [`super::adam8::runs_on`] the parameter's device.
+pub fn adam_step(
     param: burn::Tensor<1>,
     grad: burn::Tensor<1>,
     m: burn::Tensor<1>,
     v: burn::Tensor<1>,
-    step: HalfStep,
+    step: MomentStep,
 ) -> (burn::Tensor<1>, burn::Tensor<1>, burn::Tensor<1>) {
     use burn::Tensor;
     use burn::backend::Dispatch;
-    let (param, m, v) = <Dispatch as AdamHalfStep>::adam_half_step(
+    let (param, m, v) = <Dispatch as AdamStep>::adam_step(
         param.into_dispatch(),
         grad.into_dispatch(),
         m.into_dispatch(),
