@@ -8,12 +8,11 @@
 
 use std::ops::Range;
 
-use burn::grad_clipping::GradientClipping;
 use burn::module::ParamId;
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType};
 
-use super::{Optimizer, ParamState, Stored, rounding_seed};
+use super::{Optimizer, ParamState, Stored, clip, rounding_seed};
 use crate::train::precision;
 use crate::train::quantize::Quantized;
 
@@ -28,20 +27,16 @@ impl Optimizer {
     ) -> Tensor<1> {
         let elements = tensor.shape().num_elements();
         let half = tensor.dtype() == DType::F16;
-        let ranges: Vec<Range<usize>> = (0..elements)
-            .step_by(self.chunk)
-            .map(|start| start..(start + self.chunk).min(elements))
-            .collect();
+        let ranges = self.chunks(elements);
         let norm_coefficient = self.norm_clip_coefficient(&grad, &ranges);
         let previous = self.states.remove(&id);
         let codebooks = self.codebooks(&tensor.device());
         let (mut updated, mut states) = (Vec::new(), Vec::new());
         for range in ranges {
             let grad = self.unscaled(grad.clone().slice(range.clone()));
-            let grad = match (&norm_coefficient, &self.clipping) {
-                (Some(coefficient), _) => grad.mul(coefficient.clone()),
-                (None, Some(clipping)) => clipping.clip_gradient(grad),
-                (None, None) => grad,
+            let grad = match &norm_coefficient {
+                Some(coefficient) => grad.mul(coefficient.clone()),
+                None => grad,
             };
             let part = tensor.clone().slice(range.clone());
             let part = match half {
@@ -63,18 +58,35 @@ impl Optimizer {
         Tensor::cat(updated, 0)
     }
 
+    /// The ranges of a parameter of `elements` values its update takes at once.
+    fn chunks(&self, elements: usize) -> Vec<Range<usize>> {
+        (0..elements)
+            .step_by(self.chunk)
+            .map(|start| start..(start + self.chunk).min(elements))
+            .collect()
+    }
+
+    /// `grad` (f32) clipped as [`Self::norm_clip_coefficient`] says, where the run clips.
+    pub(super) fn clipped<const D: usize>(&self, grad: Tensor<D>) -> Tensor<D> {
+        let shape = grad.shape();
+        let elements = shape.num_elements();
+        let flat = grad.reshape([elements]);
+        match self.norm_clip_coefficient(&flat, &self.chunks(elements)) {
+            Some(coefficient) => flat.mul(coefficient).reshape(shape),
+            None => flat.reshape(shape),
+        }
+    }
+
     /// burn's norm clipping's factor for the whole gradient (its norm in f32, after
-    /// unscaling), summed chunk by chunk; `None` unless clipping is by norm.
+    /// unscaling), its squares summed chunk by chunk in a fixed order (`clip`); `None`
+    /// without clipping.
     fn norm_clip_coefficient(&self, grad: &Tensor<1>, ranges: &[Range<usize>]) -> Option<Tensor<1>> {
-        let Some(GradientClipping::Norm(threshold)) = self.clipping else {
-            return None;
-        };
+        let threshold = self.clip_norm?;
         let squares = ranges
             .iter()
-            .map(|range| self.unscaled(grad.clone().slice(range.clone())).square().sum())
+            .map(|range| clip::sum_of_squares(self.unscaled(grad.clone().slice(range.clone()))))
             .reduce(|a, b| a + b)?;
-        let norm = squares.sqrt();
-        Some((threshold / norm.add_scalar(f32::MIN_POSITIVE)).clamp_max(1.0))
+        Some(clip::factor(squares, threshold))
     }
 }
 

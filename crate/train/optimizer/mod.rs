@@ -13,7 +13,6 @@
 
 use std::collections::HashMap;
 
-use burn::grad_clipping::{GradientClipping, GradientClippingConfig};
 use burn::module::{ModuleMapper, Param, ParamId};
 use burn::optim::decay::{WeightDecay, WeightDecayConfig};
 use burn::optim::{
@@ -30,6 +29,7 @@ use super::quantize::{self, Codebook, Quantized};
 
 mod bytes;
 mod chunked;
+mod clip;
 mod fused;
 use crate::model::Model;
 use crate::ops::backend::lasting;
@@ -88,7 +88,8 @@ struct Codebooks([Codebook; 2], Tensor<1>);
 #[derive(Clone)]
 pub struct Optimizer {
     rule: Rule,
-    clipping: Option<GradientClipping>,
+    /// The norm gradients are clipped to (`clip`).
+    clip_norm: Option<f32>,
     states: HashMap<ParamId, ParamState>,
     moments: Moments,
     codebooks: Option<Codebooks>,
@@ -129,9 +130,7 @@ impl Optimizer {
         };
         Optimizer {
             rule,
-            clipping: config
-                .clip_norm
-                .map(|norm| GradientClippingConfig::Norm(norm).init()),
+            clip_norm: config.clip_norm,
             states: HashMap::new(),
             moments,
             codebooks: None,
@@ -263,7 +262,7 @@ impl Optimizer {
         let fuses = tensor.dtype() == DType::F16
             && grad.dtype() == DType::F16
             && self.moments == Moments::F32
-            && self.clipping.is_none()
+            && self.clip_norm.is_none()
             && crate::ops::adam8::runs_on(&tensor.device());
         self.adam.filter(|_| fuses)
     }
@@ -283,10 +282,7 @@ impl Optimizer {
         tensor: Tensor<D>,
         grad: Tensor<D>,
     ) -> Tensor<D> {
-        let grad = match &self.clipping {
-            Some(clipping) => clipping.clip_gradient(grad),
-            None => grad,
-        };
+        let grad = self.clipped(grad);
         let previous = self.states.remove(&id);
         let codebooks = self.codebooks(&tensor.device());
         let (updated, state) = self.step_rule(learning_rate, tensor, grad, previous, codebooks.as_ref());
@@ -558,6 +554,7 @@ impl Optimizer {
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
 pub(crate) mod tests {
+    use burn::grad_clipping::GradientClippingConfig;
     use burn::module::Module;
     use burn::optim::momentum::MomentumConfig;
     use burn::optim::{ModuleOptimizer, SgdConfig};
