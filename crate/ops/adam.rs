@@ -2,6 +2,7 @@
 //! f32 parameter, or on an f16 one without a master copy (f16-pure): each invocation takes
 //! one value, casts it and its gradient up, applies the step in f32 and writes the
 //! parameter and the moments over the old ones. An f16 value's gradient is unscaled first
+//! (and clipped by a factor the optimizer worked out on the device, where the run clips)
 //! and its result rounded back to f16 stochastically.
 //!
 //! Why: as tensor ops burn's f32 step launches about twelve kernels a parameter and makes a
@@ -39,22 +40,26 @@ pub struct MomentStep {
 }
 
 /// What f16-pure's step needs beside Adam's constants: the gradient's unscaling (its loss
-/// scale) and the rounding's seed (`train::optimizer::rounding_seed`).
+/// scale), whether the clipping factor applies, and the rounding's seed
+/// (`train::optimizer::rounding_seed`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Rounding {
     pub inverse_loss_scale: f32,
+    pub clips: bool,
     pub seed: u32,
 }
 
 #[burn::backend::backend_extension(Cube, Fusion: cfg(feature = "fusion"))]
 pub trait AdamStep: Backend {
-    /// One step: the parameter and the two moments after it.
-    #[fusion(meta = |param, _grad, m, v, _step| (param.clone(), m.clone(), v.clone()))]
+    /// One step: the parameter and the two moments after it. `factor` (one f32 value) is
+    /// read only where `step.rounding` clips.
+    #[fusion(meta = |param, _grad, m, v, _factor, _step| (param.clone(), m.clone(), v.clone()))]
     fn adam_step(
         param: FloatTensor<Self>,
         grad: FloatTensor<Self>,
         m: FloatTensor<Self>,
         v: FloatTensor<Self>,
+        factor: FloatTensor<Self>,
         step: MomentStep,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 }
@@ -65,6 +70,7 @@ impl AdamStep for CubeBackend {
         grad: CubeTensor,
         m: CubeTensor,
         v: CubeTensor,
+        factor: CubeTensor,
         step: MomentStep,
     ) -> (CubeTensor, CubeTensor, CubeTensor) {
         let elements = param.meta.shape().num_elements();
@@ -74,6 +80,7 @@ impl AdamStep for CubeBackend {
         let cube_count = wrapped_grid(elements.div_ceil(UNITS));
         let rounding = step.rounding.unwrap_or(Rounding {
             inverse_loss_scale: 1.0,
+            clips: false,
             seed: 0,
         });
         // Safety: every index is checked against the parameter's length in the kernel.
@@ -86,10 +93,12 @@ impl AdamStep for CubeBackend {
                 grad.into_tensor_arg(),
                 state.1.clone().into_tensor_arg(),
                 state.2.clone().into_tensor_arg(),
+                factor.into_tensor_arg(),
                 step.adam.rule(),
                 rounding.inverse_loss_scale,
                 rounding.seed,
                 step.rounding.is_some(),
+                rounding.clips,
                 [dtype_to_storage_type(float), dtype_to_storage_type(value)],
             )
         };
@@ -133,8 +142,9 @@ fn stochastic_round<F: Float>(value: F, index: u32, seed: u32) -> F {
     below + rounded_up * step
 }
 
-/// One value's step; `rounds` (an f16 parameter) unscales its gradient and rounds the
-/// result stochastically, else the value is stepped as burn steps it.
+/// One value's step; `rounds` (an f16 parameter) unscales its gradient, clips it by
+/// `factor[0]` where `clips`, and rounds the result stochastically, else the value is
+/// stepped as burn steps it.
 #[allow(clippy::too_many_arguments)]
 #[cube(launch_unchecked)]
 fn adam_kernel<F: Float, H: Float>(
@@ -142,10 +152,12 @@ fn adam_kernel<F: Float, H: Float>(
     grad: &Tensor<H>,
     m: &mut Tensor<F>,
     v: &mut Tensor<F>,
+    factor: &Tensor<F>,
     rule: &AdamRule,
     inverse_loss_scale: f32,
     seed: u32,
     #[comptime] rounds: bool,
+    #[comptime] clips: bool,
     #[define(F, H)] _dtypes: [ElemType; 2],
 ) {
     let at = group_index() * CUBE_DIM_X as usize + UNIT_POS_X as usize;
@@ -156,6 +168,9 @@ fn adam_kernel<F: Float, H: Float>(
     let mut g = F::cast_from(grad[at]);
     if rounds {
         g *= F::cast_from(inverse_loss_scale);
+        if clips {
+            g *= factor[0];
+        }
     }
     let stepped = adam_value::<F>(p, g, m[at], v[at], rule);
     m[at] = stepped.m;
@@ -169,21 +184,27 @@ fn adam_kernel<F: Float, H: Float>(
 
 /// One step of Adam on `param` (flattened; f32, or f16 with `step.rounding`) with f32
 /// moments `m` and `v` (zeros before the first step): the parameter, `m` and `v` after it.
-/// Only where [`super::adam8::runs_on`] the parameter's device.
+/// `clip` is the clipping factor (one value) where the rounding clips. Only where
+/// [`super::adam8::runs_on`] the parameter's device.
 pub fn adam_step(
     param: burn::Tensor<1>,
     grad: burn::Tensor<1>,
     m: burn::Tensor<1>,
     v: burn::Tensor<1>,
+    clip: Option<burn::Tensor<1>>,
     step: MomentStep,
 ) -> (burn::Tensor<1>, burn::Tensor<1>, burn::Tensor<1>) {
     use burn::Tensor;
     use burn::backend::Dispatch;
+    debug_assert_eq!(clip.is_some(), step.rounding.is_some_and(|r| r.clips));
+    // Unread where nothing clips: a value no kernel fills (a binding cannot be left out).
+    let factor = clip.unwrap_or_else(|| Tensor::empty([1], &param.device()));
     let (param, m, v) = <Dispatch as AdamStep>::adam_step(
         param.into_dispatch(),
         grad.into_dispatch(),
         m.into_dispatch(),
         v.into_dispatch(),
+        factor.into_dispatch(),
         step,
     );
     (

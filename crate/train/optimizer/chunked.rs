@@ -66,15 +66,21 @@ impl Optimizer {
             .collect()
     }
 
-    /// `grad` (f32) clipped as [`Self::norm_clip_coefficient`] says, where the run clips.
+    /// `grad` (f32) clipped as [`Self::clip_factor`] says, where the run clips.
     pub(super) fn clipped<const D: usize>(&self, grad: Tensor<D>) -> Tensor<D> {
         let shape = grad.shape();
         let elements = shape.num_elements();
         let flat = grad.reshape([elements]);
-        match self.norm_clip_coefficient(&flat, &self.chunks(elements)) {
+        match self.clip_factor(&flat) {
             Some(coefficient) => flat.mul(coefficient).reshape(shape),
             None => flat.reshape(shape),
         }
+    }
+
+    /// The clipping factor of the flattened `grad` (one value, on the device), summed over
+    /// the chunks an update of it takes; `None` without clipping.
+    pub(super) fn clip_factor(&self, grad: &Tensor<1>) -> Option<Tensor<1>> {
+        self.norm_clip_coefficient(grad, &self.chunks(grad.shape().num_elements()))
     }
 
     /// burn's norm clipping's factor for the whole gradient (its norm in f32, after

@@ -67,15 +67,16 @@ impl AdamConstants {
     }
 
     /// One step of the flattened `tensor` with f32 moments: an f32 one as burn steps it, or
-    /// an f16 one (f16-pure) whose gradient is unscaled and whose result is rounded
-    /// stochastically as `half` says. The tensor and its state after.
+    /// an f16 one (f16-pure) whose gradient is unscaled, then clipped by the factor `clip`
+    /// where the run clips, and whose result is rounded stochastically as `half` says. The
+    /// tensor and its state after.
     pub(super) fn full_step(
         &self,
         learning_rate: f64,
-        tensor: Tensor<1>,
-        grad: Tensor<1>,
+        (tensor, grad): (Tensor<1>, Tensor<1>),
         previous: Option<ParamState>,
         half: Option<HalfRounding>,
+        clip: Option<Tensor<1>>,
     ) -> (Tensor<1>, ParamState) {
         let elements = tensor.shape().num_elements();
         let device = tensor.device();
@@ -100,10 +101,11 @@ impl AdamConstants {
             adam: self.hyper(time, learning_rate),
             rounding: half.map(|half| Rounding {
                 inverse_loss_scale: half.inverse_loss_scale,
+                clips: clip.is_some(),
                 seed: rounding_seed(half.place, time),
             }),
         };
-        let (updated, m, v) = adam::adam_step(tensor, grad, m, v, step);
+        let (updated, m, v) = adam::adam_step(tensor, grad, m, v, clip, step);
         let state = ParamState {
             time,
             stored: Stored::Full(vec![m, v]),
@@ -232,14 +234,15 @@ mod tests {
     }
 
     /// The kernels leave the parameter and the state on the bits the tensor ops leave, over
-    /// three steps of Adam and AdamW, with and without weight decay: 8-bit moments on f32
-    /// parameters (a block of one value, partial and whole blocks, a grid that wraps: six
-    /// blocks, two a row in tests) and on an f16 one updated in three chunks; and an f16
-    /// parameter with f32 moments, its gradient unscaled and its value rounded
-    /// stochastically (one kernel, its grid wrapping too); and an f32 parameter with f32
-    /// moments, with and without norm clipping (applied before the kernel). Bit for bit on
-    /// lavapipe, which contracts no multiply-add the tensor ops leave apart (with clipping
-    /// too: its norm is summed in a fixed order, `clip`); close under `fusion`.
+    /// three steps of Adam and AdamW, with and without weight decay, with and without norm
+    /// clipping: 8-bit moments on f32 parameters (a block of one value, partial and whole
+    /// blocks, a grid that wraps: six blocks, two a row in tests) and on an f16 one updated
+    /// in three chunks; an f16 parameter with f32 moments, its gradient unscaled (and
+    /// clipped by the factor the kernel reads) and its value rounded stochastically (one
+    /// kernel, its grid wrapping too); and an f32 parameter with f32 moments (clipped
+    /// before the kernel). Bit for bit on lavapipe, which contracts no multiply-add the
+    /// tensor ops leave apart (with clipping too: its norm is summed in a fixed order,
+    /// `clip`); close under `fusion`.
     #[test]
     fn the_kernels_step_as_the_tensor_ops_do_bit_for_bit() {
         let cases = [

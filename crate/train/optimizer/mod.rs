@@ -214,8 +214,10 @@ impl Optimizer {
                 inverse_loss_scale: self.inverse_loss_scale,
                 place,
             };
+            let grad = flat(grad);
+            let clip = self.clip_factor(&grad);
             let (updated, state) =
-                adam.full_step(learning_rate, flat(tensor), flat(grad), previous, Some(half));
+                adam.full_step(learning_rate, (flat(tensor), grad), previous, Some(half), clip);
             self.states.insert(id, state);
             return updated.reshape(shape);
         }
@@ -255,14 +257,13 @@ impl Optimizer {
         self.adam.filter(|_| fuses)
     }
 
-    /// Adam's constants where an f16 parameter's update is one kernel (`ops::adam`):
-    /// an f16 gradient, f32 moments, no clipping (a norm needs the whole gradient first), a
-    /// cubecl backend.
+    /// Adam's constants where an f16 parameter's update is one kernel (`ops::adam`): an
+    /// f16 gradient, f32 moments, a cubecl backend (a clipping factor is worked out over the
+    /// whole gradient first, `clip_factor`).
     fn fused_half<const D: usize>(&self, tensor: &Tensor<D>, grad: &Tensor<D>) -> Option<AdamConstants> {
         let fuses = tensor.dtype() == DType::F16
             && grad.dtype() == DType::F16
             && self.moments == Moments::F32
-            && self.clip_norm.is_none()
             && crate::ops::adam8::runs_on(&tensor.device());
         self.adam.filter(|_| fuses)
     }
@@ -312,7 +313,8 @@ impl Optimizer {
             return (updated.reshape(shape), Some(state));
         }
         if let Some(adam) = self.fused_full(&tensor, &grad) {
-            let (updated, state) = adam.full_step(learning_rate, flat(tensor), flat(grad), previous, None);
+            let (updated, state) =
+                adam.full_step(learning_rate, (flat(tensor), flat(grad)), previous, None, None);
             return (updated.reshape(shape), Some(state));
         }
         rule_step(&self.rule, learning_rate, tensor, grad, previous, codebooks)
