@@ -252,9 +252,7 @@ fn a_cap_no_shrink_can_meet_ends_with_the_over_the_cap_error_or_is_refused_befor
         let mut args = vec!["--cap", &cap_flag];
         args.extend(flags);
         args.extend(FIXED_LEVERS);
-        let mut train = vec!["train", "--data", data, "--backend", "wgpu", "--no-eval"];
-        train.extend(args);
-        common::headroom_with_env(&train, &TENSOR_OP_UPDATE)
+        common::train_on_wgpu_with_env(data, &args, &TENSOR_OP_UPDATE)
     };
     let exceeded = run(&census_only);
     assert!(!exceeded.status.success());

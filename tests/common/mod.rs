@@ -50,9 +50,14 @@ pub fn headroom_with_env(args: &[&str], env: &[(&str, &str)]) -> std::process::O
 /// `headroom train --data DATA --backend wgpu --no-eval` with `flags`, in its own process
 /// (a fresh device pool), as it ended.
 pub fn train_on_wgpu(data: &str, flags: &[&str]) -> std::process::Output {
+    train_on_wgpu_with_env(data, flags, &[])
+}
+
+/// [`train_on_wgpu`] with `env` set for the run alone.
+pub fn train_on_wgpu_with_env(data: &str, flags: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut args = vec!["train", "--data", data, "--backend", "wgpu", "--no-eval"];
     args.extend(flags);
-    headroom(&args)
+    headroom_with_env(&args, env)
 }
 
 /// [`train_on_wgpu`], and every event it wrote to `--metrics`. Fails the test if the run

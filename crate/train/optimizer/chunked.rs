@@ -28,7 +28,7 @@ impl Optimizer {
         let elements = tensor.shape().num_elements();
         let half = tensor.dtype() == DType::F16;
         let ranges = self.chunks(elements);
-        let norm_coefficient = self.norm_clip_coefficient(&grad, &ranges);
+        let norm_coefficient = self.clip_factor(&grad);
         let previous = self.states.remove(&id);
         let codebooks = self.codebooks(&tensor.device());
         let (mut updated, mut states) = (Vec::new(), Vec::new());
@@ -77,20 +77,15 @@ impl Optimizer {
         }
     }
 
-    /// The clipping factor of the flattened `grad` (one value, on the device), summed over
-    /// the chunks an update of it takes; `None` without clipping.
+    /// burn's norm clipping's factor for the flattened `grad` (one value, on the device: its
+    /// norm in f32, after unscaling), its squares summed over the chunks an update of it
+    /// takes, each in a fixed order (`clip`); `None` without clipping.
     pub(super) fn clip_factor(&self, grad: &Tensor<1>) -> Option<Tensor<1>> {
-        self.norm_clip_coefficient(grad, &self.chunks(grad.shape().num_elements()))
-    }
-
-    /// burn's norm clipping's factor for the whole gradient (its norm in f32, after
-    /// unscaling), its squares summed chunk by chunk in a fixed order (`clip`); `None`
-    /// without clipping.
-    fn norm_clip_coefficient(&self, grad: &Tensor<1>, ranges: &[Range<usize>]) -> Option<Tensor<1>> {
         let threshold = self.clip_norm?;
-        let squares = ranges
-            .iter()
-            .map(|range| clip::sum_of_squares(self.unscaled(grad.clone().slice(range.clone()))))
+        let squares = self
+            .chunks(grad.shape().num_elements())
+            .into_iter()
+            .map(|range| clip::sum_of_squares(self.unscaled(grad.clone().slice(range))))
             .reduce(|a, b| a + b)?;
         Some(clip::factor(squares, threshold))
     }

@@ -207,7 +207,7 @@ impl Optimizer {
     ) -> Tensor<D> {
         let shape = tensor.shape();
         let elements = shape.num_elements();
-        if let Some(adam) = self.fused_half(&tensor, &grad) {
+        if let Some(adam) = self.fused_moments(&tensor, &grad, DType::F16) {
             let flat = |t: Tensor<D>| t.reshape([elements]);
             let previous = self.states.remove(&id);
             let half = HalfRounding {
@@ -247,22 +247,18 @@ impl Optimizer {
         self.adam.filter(|_| fuses)
     }
 
-    /// Adam's constants where an f32 parameter's update with f32 moments is one kernel
-    /// (`ops::adam`): an f32 gradient (clipped already, where the run clips), a cubecl backend.
-    fn fused_full<const D: usize>(&self, tensor: &Tensor<D>, grad: &Tensor<D>) -> Option<AdamConstants> {
-        let fuses = tensor.dtype() == DType::F32
-            && grad.dtype() == DType::F32
-            && self.moments == Moments::F32
-            && crate::ops::adam8::runs_on(&tensor.device());
-        self.adam.filter(|_| fuses)
-    }
-
-    /// Adam's constants where an f16 parameter's update is one kernel (`ops::adam`): an
-    /// f16 gradient, f32 moments, a cubecl backend (a clipping factor is worked out over the
-    /// whole gradient first, `clip_factor`).
-    fn fused_half<const D: usize>(&self, tensor: &Tensor<D>, grad: &Tensor<D>) -> Option<AdamConstants> {
-        let fuses = tensor.dtype() == DType::F16
-            && grad.dtype() == DType::F16
+    /// Adam's constants where an update with f32 moments is one kernel (`ops::adam`): the
+    /// parameter and its gradient both `dtype` on a cubecl backend. An f32 one is clipped
+    /// before (`update_f32`); an f16 one (f16-pure) is unscaled and clipped in the kernel by a
+    /// factor worked out over the whole gradient first (`clip_factor`).
+    fn fused_moments<const D: usize>(
+        &self,
+        tensor: &Tensor<D>,
+        grad: &Tensor<D>,
+        dtype: DType,
+    ) -> Option<AdamConstants> {
+        let fuses = tensor.dtype() == dtype
+            && grad.dtype() == dtype
             && self.moments == Moments::F32
             && crate::ops::adam8::runs_on(&tensor.device());
         self.adam.filter(|_| fuses)
@@ -312,7 +308,7 @@ impl Optimizer {
             let (updated, state) = adam.step(learning_rate, flat(tensor), flat(grad), previous, books);
             return (updated.reshape(shape), Some(state));
         }
-        if let Some(adam) = self.fused_full(&tensor, &grad) {
+        if let Some(adam) = self.fused_moments(&tensor, &grad, DType::F32) {
             let (updated, state) =
                 adam.full_step(learning_rate, (flat(tensor), flat(grad)), previous, None, None);
             return (updated.reshape(shape), Some(state));
